@@ -1,0 +1,32 @@
+# Two commands for a new machine:  make lab  (set up, open the labs)  and  make test.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.nanlab-installed
+PYTEST_ARGS ?= -n 2
+
+.PHONY: setup lab test lint bench clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install nanlab with everything the labs and tests need
+
+lab: setup  ## open the student labs in JupyterLab
+	$(BIN)/jupyter lab labs/
+
+lint: setup
+	$(BIN)/ruff check .
+
+test: setup  ## ruff, the notebook sync check, unit tests and every notebook under nbval
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: setup  ## benchmarks: print numbers, assert nothing
+	for f in bench/bench_*.py; do $(BIN)/python $$f || exit 1; done
+
+clean-venv:
+	rm -rf $(VENV)

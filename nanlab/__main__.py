@@ -1,0 +1,5 @@
+import sys
+
+from nanlab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,98 @@
+"""Checkpoints: written atomically, loaded with ``torch.load(weights_only=True)``.
+
+Atomic means a crash mid-write never leaves a half checkpoint behind: the state goes
+to a temporary file in the same folder, which is then renamed over the final name
+(``os.replace`` is atomic on POSIX and Windows). ``weights_only=True`` means loading
+a checkpoint cannot run code hidden in it, so only tensors and plain Python values
+(dicts, lists, numbers, strings) go in.
+
+Without a folder, checkpoints are kept in memory as the bytes ``torch.save`` writes,
+so the notebook path and the disk path share one format.
+
+>>> store = CheckpointStore()          # in memory
+>>> store.save(0, {"x": torch.ones(2)})
+>>> store.load(0)["x"]
+tensor([1., 1.])
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from nanlab.errors import NanlabError
+
+
+def atomic_save(obj, path: str | Path) -> None:
+    """torch.save to ``path`` through a temp file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def safe_load(source: str | Path | bytes) -> dict:
+    """Load a checkpoint with ``weights_only=True`` (no code runs), onto the CPU."""
+    f = io.BytesIO(source) if isinstance(source, bytes) else source
+    return torch.load(f, map_location="cpu", weights_only=True)
+
+
+class CheckpointStore:
+    """Checkpoints by step number, in a folder or in memory."""
+
+    def __init__(self, directory: str | Path | None = None):
+        self.directory = Path(directory) if directory is not None else None
+        self._memory: dict[int, bytes] = {}
+
+    def path(self, step: int) -> Path:
+        if self.directory is None:
+            raise NanlabError("this checkpoint store keeps checkpoints in memory, not on disk")
+        return self.directory / f"ckpt_{step:06d}.pt"
+
+    def save(self, step: int, state: dict) -> None:
+        if self.directory is None:
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            self._memory[step] = buf.getvalue()
+        else:
+            atomic_save(state, self.path(step))
+
+    def steps(self) -> list[int]:
+        if self.directory is None:
+            return sorted(self._memory)
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.stem.split("_")[1]) for p in self.directory.glob("ckpt_*.pt"))
+
+    def load(self, step: int) -> dict:
+        available = self.steps()
+        if step not in available:
+            raise NanlabError(
+                f"no checkpoint at step={step}; available steps: {available or 'none'}"
+            )
+        if self.directory is None:
+            return safe_load(self._memory[step])
+        return safe_load(self.path(step))
+
+    def nearest(self, step: int) -> int:
+        """The latest checkpoint at or before ``step`` (a checkpoint at step k holds the
+        state before step k runs)."""
+        earlier = [s for s in self.steps() if s <= step]
+        if not earlier:
+            raise NanlabError(
+                f"no checkpoint at or before step={step}; available steps: "
+                f"{self.steps() or 'none'} (set checkpoint_every > 0 to keep some)"
+            )
+        return earlier[-1]

@@ -1,0 +1,43 @@
+"""Errors written for people: what was wrong, the value given, and what is allowed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class NanlabError(ValueError):
+    """A bad value from the user. The message alone says how to fix it."""
+
+
+def check_choice(name: str, value, allowed: Iterable) -> None:
+    """Raise unless ``value`` is one of ``allowed``.
+
+    >>> check_choice("precision", "fp16", ["fp32", "fp16", "bf16"])
+    """
+    allowed = list(allowed)
+    if value not in allowed:
+        options = ", ".join(repr(a) for a in allowed)
+        raise NanlabError(f"{name}={value!r} is not allowed; choose one of {options}")
+
+
+def check_range(name: str, value, low=None, high=None, *, integer: bool = False) -> None:
+    """Raise unless ``low <= value <= high`` (either bound may be None).
+
+    >>> check_range("steps", 200, 1, integer=True)
+    """
+    kind = "an integer" if integer else "a number"
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type:
+        raise NanlabError(f"{name}={value!r} must be {kind}{_bounds(low, high)}")
+    if value != value or (low is not None and value < low) or (high is not None and value > high):
+        raise NanlabError(f"{name}={value!r} is out of range; allowed: {kind}{_bounds(low, high)}")
+
+
+def _bounds(low, high) -> str:
+    if low is not None and high is not None:
+        return f" from {low} to {high}"
+    if low is not None:
+        return f" >= {low}"
+    if high is not None:
+        return f" <= {high}"
+    return ""

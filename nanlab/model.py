@@ -1,0 +1,261 @@
+"""The toy Transformer: a small decoder-only language model, written to be read.
+
+In the style of nanoGPT and minGPT: one file, one config dataclass, tensor shapes in
+comments. Attention is written out by hand (no fused kernel) so that a learner can
+see ``q @ k.T``, the softmax and the place where numbers get large; each of those
+steps is its own small module, so forward hooks (and ``nanlab`` tools built on them)
+can name it.
+
+Every switch that a fault or an experiment of the course needs is a config field:
+norm eps and implementation, init scheme and scale, depth, QK-norm, stable or naive
+softmax, positional encoding, activation, and a float feature path.
+
+>>> from nanlab.model import GPT, GPTConfig
+>>> model = GPT(GPTConfig())
+>>> logits = model(torch.zeros(2, 8, dtype=torch.long))  # (B, T, vocab_size)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nanlab.errors import NanlabError, check_choice, check_range
+
+
+@dataclass
+class GPTConfig:
+    """Shape and numerics of the toy model. Defaults give the clean baseline."""
+
+    vocab_size: int = 32
+    block_size: int = 32  # longest sequence the model accepts
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+    n_features: int = 1  # float channels per token, projected into the residual stream; 0 = none
+    # Norms. "torch" is F.layer_norm, which computes in fp32 inside even for fp16 input;
+    # "manual" is the hand-written (x - mean) / sqrt(var + eps) many codebases use,
+    # which computes in the input dtype, so a tiny eps can round to zero in fp16.
+    norm_impl: str = "torch"
+    norm_eps: float = 1e-5
+    # Init: normal(0, init_std) as in GPT-2, or xavier / kaiming; init_scale multiplies
+    # every weight matrix afterwards (the "bad init" knob).
+    init: str = "normal"
+    init_std: float = 0.02
+    init_scale: float = 1.0
+    qk_norm: bool = False  # LayerNorm on q and k before the dot product (Wortsman et al. 2023)
+    # "stable" subtracts the row max before exp; "naive" is exp(x) / sum(exp(x)), which
+    # overflows once a score passes ~88.7 in fp32 or ~11.1 in fp16.
+    softmax: str = "stable"
+    pos_encoding: str = "learned"  # "learned" | "sinusoidal"
+    activation: str = "gelu"  # "gelu" | "relu" | "sigmoid"
+    use_norms: bool = True  # False removes every LayerNorm: the deep-stack experiments
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            check_range(f"GPTConfig.{name}", getattr(self, name), 1, integer=True)
+        check_range("GPTConfig.n_features", self.n_features, 0, integer=True)
+        if self.n_embd % self.n_head:
+            raise NanlabError(
+                f"GPTConfig.n_embd={self.n_embd} is not allowed; "
+                f"it must be a multiple of n_head={self.n_head}"
+            )
+        check_choice("GPTConfig.norm_impl", self.norm_impl, ["torch", "manual"])
+        check_range("GPTConfig.norm_eps", self.norm_eps, 0.0, 1.0)
+        check_choice("GPTConfig.init", self.init, ["normal", "xavier", "kaiming"])
+        check_range("GPTConfig.init_std", self.init_std, 0.0, 100.0)
+        check_range("GPTConfig.init_scale", self.init_scale, 0.0, 1e6)
+        check_choice("GPTConfig.softmax", self.softmax, ["stable", "naive"])
+        check_choice("GPTConfig.pos_encoding", self.pos_encoding, ["learned", "sinusoidal"])
+        check_choice("GPTConfig.activation", self.activation, ["gelu", "relu", "sigmoid"])
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with a choice of arithmetic (see ``GPTConfig.norm_impl``)."""
+
+    def __init__(self, dim: int, eps: float, impl: str):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+        self.eps, self.impl = eps, impl
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.impl == "torch":
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        # Hand-written: every operation runs in x's dtype. In fp16, an eps below ~3e-8
+        # rounds to 0, and a row with zero variance becomes 0 / sqrt(0) = 0 / 0 = NaN.
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        eps = torch.tensor(self.eps, dtype=x.dtype, device=x.device)
+        return (x - mean) / torch.sqrt(var + eps) * self.weight + self.bias
+
+
+class AttentionScores(nn.Module):
+    """q @ k^T / sqrt(head_size): the attention logits, where fp16 overflow usually starts."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+
+
+class Softmax(nn.Module):
+    """Softmax over the last dim, stable (max subtracted first) or naive."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "stable":
+            # exp(x - max) <= 1, so nothing overflows; masked -inf entries give exp = 0.
+            x = x - x.amax(-1, keepdim=True)
+        e = torch.exp(x)  # naive: exp(89.0) is inf in fp32, exp(11.1) is inf in fp16
+        return e / e.sum(-1, keepdim=True)  # inf / inf = NaN
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention written out step by step, nothing fused."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)  # q, k, v in one matmul
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        head_size = config.n_embd // config.n_head
+        if config.qk_norm:
+            self.q_norm = LayerNorm(head_size, config.norm_eps, config.norm_impl)
+            self.k_norm = LayerNorm(head_size, config.norm_eps, config.norm_impl)
+        else:
+            self.q_norm = self.k_norm = None
+        self.scores = AttentionScores()
+        self.softmax = Softmax(config.softmax)
+        mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
+        self.register_buffer("causal_mask", mask, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)  # each (B, T, C)
+        # split C into heads: (B, T, C) -> (B, nh, T, hs)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        att = self.scores(q, k)  # (B, nh, T, T)
+        att = att.masked_fill(~self.causal_mask[:T, :T], float("-inf"))  # no peeking ahead
+        att = self.softmax(att)  # each row sums to 1
+        y = att @ v  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side again
+        return self.c_proj(y)
+
+
+ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "sigmoid": nn.Sigmoid}
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+        self.act = ACTIVATIONS[config.activation]()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(self.act(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        norm = (lambda: LayerNorm(config.n_embd, config.norm_eps, config.norm_impl)) \
+            if config.use_norms else nn.Identity
+        self.ln_1 = norm()
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = norm()
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sin/cos positional encoding (Vaswani et al. 2017), computed on the fly.
+
+    It is computed in the dtype of the model's weights: in a pure-fp16 model a
+    position id past 65504 (absolute positions in a long stream) is already inf in
+    fp16, and sin(inf) is NaN.
+    """
+
+    def __init__(self, n_embd: int):
+        super().__init__()
+        inv_freq = torch.exp(torch.arange(0, n_embd, 2) * (-math.log(10000.0) / n_embd))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        angles = pos.to(dtype)[:, None] * self.inv_freq.to(dtype)[None, :]  # (T, C/2)
+        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)  # (T, C)
+
+
+class GPT(nn.Module):
+    """Decoder-only Transformer: tokens (+ float features) -> next-token logits."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        if config.pos_encoding == "learned":
+            self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        else:
+            self.wpe = SinusoidalPositions(config.n_embd)
+        self.feat_proj = nn.Linear(config.n_features, config.n_embd) if config.n_features else None
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = LayerNorm(config.n_embd, config.norm_eps, config.norm_impl) \
+            if config.use_norms else nn.Identity()
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        c = self.config
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            if c.init == "normal":
+                nn.init.normal_(module.weight, mean=0.0, std=c.init_std)
+            elif c.init == "xavier":
+                nn.init.xavier_normal_(module.weight)
+            else:
+                nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+            with torch.no_grad():
+                module.weight.mul_(c.init_scale)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        features: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tokens (B, T) long; features (B, T, n_features) float; positions (T,) long."""
+        B, T = tokens.shape
+        if positions is None:
+            positions = torch.arange(T, device=tokens.device)
+        x = self.wte(tokens)  # (B, T, C)
+        if isinstance(self.wpe, SinusoidalPositions):
+            x = x + self.wpe(positions, x.dtype)  # (T, C) broadcast over B
+        else:
+            x = x + self.wpe(positions)
+        if self.feat_proj is not None and features is not None:
+            x = x + self.feat_proj(features)  # the float path: a NaN feature enters here
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))  # (B, T, vocab_size)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,486 @@
+"""A small, model-agnostic trainer in the spirit of minGPT's.
+
+The trainer knows nothing about the model: it takes any ``nn.Module``, a batch source
+(``batches(i)`` returns batch number ``i``) and a loss function
+(``loss_fn(model, batch)`` returns a scalar). It defaults to the toy Transformer and
+the counting task.
+
+The knobs the course teaches sit in :class:`TrainConfig` with the reason beside each:
+learning rate and warmup, gradient clipping, precision (and the GradScaler that fp16
+needs). Monitors and guards plug in through named callbacks, as in minGPT::
+
+    trainer.add_callback("on_after_backward", my_check)
+
+Events, in the order they fire each step: ``on_step_start`` (batch built),
+``on_after_backward`` (gradients unscaled, ``info.grad_norm`` known, the optimizer has
+not stepped: set ``info.skip = True`` to drop the update, or ``trainer.stop_requested
+= True`` to end the run), ``on_step_end`` (row recorded). Also ``on_run_start``,
+``on_checkpoint`` and ``on_run_end``.
+
+Runs are deterministic: the same seed on the same machine gives the same numbers, and
+resuming from the checkpoint at step k reproduces steps k..n bit for bit.
+
+>>> from nanlab.train import TrainConfig, train
+>>> run = train(TrainConfig(steps=20, progress=False))
+>>> len(run.steps)
+20
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from nanlab.checkpoint import CheckpointStore, safe_load
+from nanlab.data import IGNORE_INDEX, CountingTask
+from nanlab.errors import NanlabError, check_choice, check_range
+from nanlab.model import GPT, GPTConfig
+from nanlab.record import RunRecord, environment_info
+
+PRECISIONS = ("fp32", "fp16", "bf16", "fp16-pure")
+EVENTS = ("on_run_start", "on_step_start", "on_after_backward", "on_step_end",
+          "on_checkpoint", "on_run_end")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a run. Defaults give the clean baseline."""
+
+    steps: int = 200
+    seed: int = 0
+    device: str = "auto"  # "auto" picks CUDA when present, else the CPU
+    # fp32; fp16 = fp16 autocast (+ GradScaler); bf16 = bf16 autocast (fp32's range,
+    # no scaler needed); fp16-pure = the whole model and optimizer state in fp16.
+    precision: str = "fp32"
+    grad_scaler: bool | None = None  # None: on for fp16 autocast, off otherwise
+    optimizer: str = "adamw"  # "adamw" | "sgd" (with momentum)
+    lr: float = 5e-3
+    # Warmup: the LR ramps up linearly over the first steps, while Adam's second-moment
+    # estimate is still noisy and a full-size update can throw the weights off.
+    warmup_steps: int = 20
+    schedule: str = "cosine"  # "cosine" decays to min_lr_ratio * lr; "constant" does not
+    decay_steps: int | None = None  # cosine length; None = steps
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8  # below fp16's smallest subnormal (~6e-8): rounds to 0 in fp16
+    momentum: float = 0.9  # SGD only
+    # Clip the global grad norm to this value; 0 turns clipping off (the default, so
+    # the course can show what clipping does and does not cure).
+    grad_clip: float = 0.0
+    batch_size: int = 32
+    checkpoint_every: int = 50  # 0 = no checkpoints
+    record_every: int = 10  # per-layer statistics every this many steps; 0 = never
+    out_dir: str | None = None  # None keeps everything in memory
+    progress: bool = True
+    model: GPTConfig = field(default_factory=GPTConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, dict):
+            self.model = GPTConfig(**self.model)
+        check_range("steps", self.steps, 1, integer=True)
+        check_range("seed", self.seed, 0, integer=True)
+        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("optimizer", self.optimizer, ["adamw", "sgd"])
+        check_choice("schedule", self.schedule, ["cosine", "constant"])
+        check_range("lr", self.lr, 0.0, 1e6)
+        check_range("warmup_steps", self.warmup_steps, 0, integer=True)
+        if self.decay_steps is not None:
+            check_range("decay_steps", self.decay_steps, 1, integer=True)
+        check_range("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        check_range("weight_decay", self.weight_decay, 0.0, 10.0)
+        check_range("beta1", self.beta1, 0.0, 1.0)
+        check_range("beta2", self.beta2, 0.0, 1.0)
+        check_range("adam_eps", self.adam_eps, 0.0, 1.0)
+        check_range("momentum", self.momentum, 0.0, 1.0)
+        check_range("grad_clip", self.grad_clip, 0.0)
+        check_range("batch_size", self.batch_size, 2, integer=True)
+        check_range("checkpoint_every", self.checkpoint_every, 0, integer=True)
+        check_range("record_every", self.record_every, 0, integer=True)
+        if not isinstance(self.device, str) or not (
+            self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")
+        ):
+            raise NanlabError(f"device={self.device!r} is not allowed; "
+                              "choose 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        if self.precision == "fp16-pure" and self.grad_scaler:
+            raise NanlabError("grad_scaler=True is not allowed with precision='fp16-pure': "
+                              "GradScaler cannot unscale fp16 gradients; use precision='fp16'")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise NanlabError(f"unknown TrainConfig field(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**d)
+
+    def replace(self, **changes) -> TrainConfig:
+        """A copy with some fields changed; ``model=`` may be a dict of GPTConfig changes."""
+        model = changes.pop("model", None)
+        if isinstance(model, dict):
+            changes["model"] = dataclasses.replace(self.model, **model)
+        elif model is not None:
+            changes["model"] = model
+        return dataclasses.replace(self, **changes)
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> CUDA when present, else CPU; asking for CUDA without it is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise NanlabError(f"device={name!r} is not available: this machine has no CUDA GPU "
+                          "(torch.cuda.is_available() is False); use 'auto' or 'cpu'")
+    return torch.device(name)
+
+
+def lm_loss(model: nn.Module, batch) -> torch.Tensor:
+    """Next-token cross-entropy, averaged over the targets that are not masked.
+
+    A batch whose targets are all masked has nothing to average over: the mean is
+    0 / 0 = NaN, exactly as in PyTorch's own ``ignore_index`` handling.
+    """
+    logits = model(batch.tokens, batch.features)  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=IGNORE_INDEX)
+
+
+def lr_factor(step: int, config: TrainConfig) -> float:
+    """The LR multiplier at ``step``: linear warmup, then cosine decay (or constant).
+
+    step < warmup:  (step + 1) / warmup        ramps 1/warmup ... 1
+    after warmup:   min + (1 - min) * (1 + cos(pi * progress)) / 2, progress 0 -> 1
+    """
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.schedule == "constant":
+        return 1.0
+    total = config.decay_steps or config.steps
+    progress = min(1.0, (step - config.warmup_steps) / max(1, total - config.warmup_steps))
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))  # 1 -> 0
+    return config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine
+
+
+def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype | None = None) -> Any:
+    """Move a batch (tensor, dataclass, dict, list or tuple of them) to ``device``.
+
+    ``float_dtype`` also casts floating-point tensors (a pure-fp16 model needs fp16 inputs).
+    """
+    if isinstance(batch, torch.Tensor):
+        if float_dtype is not None and batch.is_floating_point():
+            return batch.to(device, float_dtype)
+        return batch.to(device)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return dataclasses.replace(batch, **{f.name: to_device(getattr(batch, f.name), device,
+                                                                float_dtype)
+                                             for f in dataclasses.fields(batch)})
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, float_dtype) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device, float_dtype) for v in batch)
+    return batch
+
+
+def global_grad_norm(params: list[nn.Parameter]) -> torch.Tensor:
+    """The L2 norm of all gradients together, as a tensor (no host sync)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    norms = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
+    return torch.linalg.vector_norm(norms)
+
+
+@dataclass
+class StepInfo:
+    """What the callbacks see of one step. Set ``skip`` to drop the optimizer update."""
+
+    step: int
+    batch_index: int
+    batch: Any
+    loss: torch.Tensor | None = None
+    grad_norm: torch.Tensor | None = None
+    skip: bool = False
+    skip_reason: str = ""
+    row: dict = field(default_factory=dict)
+
+
+class Trainer:
+    """Trains any model on any batch source; see the module docstring."""
+
+    def __init__(
+        self,
+        config: TrainConfig | None = None,
+        model: nn.Module | None = None,
+        batches: Callable[[int], Any] | None = None,
+        loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+    ):
+        self.config = config = config or TrainConfig()
+        self.device = resolve_device(config.device)
+        torch.manual_seed(config.seed)  # model init is the first use of the global RNG
+        if model is None:
+            model = GPT(config.model)
+        self.model = model.to(self.device)
+        self.input_dtype = None
+        if config.precision == "fp16-pure":
+            self.model.half()
+            self.input_dtype = torch.float16
+        self.batches = batches if batches is not None else CountingTask(
+            seed=config.seed, batch_size=config.batch_size, seq_len=config.model.block_size,
+            vocab_size=config.model.vocab_size)
+        self.loss_fn = loss_fn or lm_loss
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = optimizer or self._make_optimizer()
+        self.lr_scale = 1.0  # tools that cut the LR (recovery) multiply this
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: self.lr_scale * lr_factor(s, self.config))
+        use_scaler = config.grad_scaler if config.grad_scaler is not None \
+            else config.precision == "fp16"
+        self.scaler = torch.amp.GradScaler(self.device.type) if use_scaler else None
+        self.step = 0  # the next step to run
+        self.data_position = 0  # the next batch index to read
+        self.skip_batches: set[int] = set()  # batch indices never to train on
+        self.stop_requested = False
+        self.stop_reason = ""
+        self.callbacks: dict[str, list[Callable]] = {e: [] for e in EVENTS}
+        self.checkpoints = CheckpointStore(
+            Path(config.out_dir) / "checkpoints" if config.out_dir else None)
+        self.record = RunRecord(config.out_dir, manifest=self._manifest())
+        self._layer_modules = self._named_layers()
+
+    # -- setup -------------------------------------------------------------------
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        c = self.config
+        if c.optimizer == "sgd":
+            return torch.optim.SGD(self.params, lr=c.lr, momentum=c.momentum,
+                                   weight_decay=c.weight_decay)
+        # foreach=False keeps the arithmetic identical on CPU and CUDA and easy to read.
+        return torch.optim.AdamW(self.params, lr=c.lr, betas=(c.beta1, c.beta2),
+                                 eps=c.adam_eps, weight_decay=c.weight_decay, foreach=False)
+
+    def _manifest(self) -> dict:
+        model = self.model
+        return {
+            "config": self.config.to_dict(),
+            "seed": self.config.seed,
+            "fault": None,
+            "device": str(self.device),
+            "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+            "num_params": sum(p.numel() for p in model.parameters()),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **environment_info(),
+        }
+
+    def _named_layers(self) -> list[tuple[str, nn.Module]]:
+        """Leaf modules: the rows of the per-layer statistics."""
+        return [(n, m) for n, m in self.model.named_modules()
+                if n and not any(True for _ in m.children())]
+
+    def add_callback(self, event: str, fn: Callable) -> None:
+        """Call ``fn(trainer, info)`` at ``event`` (one of EVENTS; on_run_* get ``info=None``)."""
+        check_choice("event", event, EVENTS)
+        self.callbacks[event].append(fn)
+
+    def trigger_callbacks(self, event: str, info: StepInfo | None = None) -> None:
+        for fn in self.callbacks[event]:
+            fn(self, info)
+
+    # -- checkpoints ---------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue bit for bit: weights, optimizer, schedule, RNG."""
+        state = {
+            "step": self.step,
+            "data_position": self.data_position,
+            "lr_scale": self.lr_scale,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng_cpu": torch.get_rng_state(),
+        }
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        if self.device.type == "cuda":
+            state["rng_cuda"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
+        self.data_position = int(state["data_position"])
+        self.lr_scale = float(state["lr_scale"])
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng_cpu"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+        if "rng_cuda" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["rng_cuda"], self.device)
+
+    def save_checkpoint(self) -> None:
+        self.checkpoints.save(self.step, self.state_dict())
+        self.record.flush()
+        self.trigger_callbacks("on_checkpoint")
+
+    def restore(self, source: int | str | Path) -> None:
+        """Load a checkpoint: a step number of this run's store, or a checkpoint file."""
+        if isinstance(source, int):
+            state = self.checkpoints.load(source)
+        else:
+            if not Path(source).is_file():
+                raise NanlabError(f"checkpoint file {str(source)!r} does not exist")
+            state = safe_load(source)
+        self.load_state_dict(state)
+
+    # -- the loop ------------------------------------------------------------------
+    def autocast(self):
+        p = self.config.precision
+        if p in ("fp16", "bf16"):
+            dtype = torch.float16 if p == "fp16" else torch.bfloat16
+            return torch.amp.autocast(device_type=self.device.type, dtype=dtype)
+        return contextlib.nullcontext()
+
+    def next_batch_index(self) -> int:
+        while self.data_position in self.skip_batches:
+            self.data_position += 1
+        return self.data_position
+
+    def train_step(self) -> StepInfo:
+        """Run one step: batch, forward, backward, checks, update. Returns what happened."""
+        c = self.config
+        index = self.next_batch_index()
+        info = StepInfo(step=self.step, batch_index=index,
+                        batch=to_device(self.batches(index), self.device, self.input_dtype))
+        self.trigger_callbacks("on_step_start", info)
+        record_layers = c.record_every > 0 and self.step % c.record_every == 0
+        activations, hooks = {}, []
+        if record_layers:
+            hooks = [m.register_forward_hook(_absmax_hook(activations, n))
+                     for n, m in self._layer_modules]
+        try:
+            with self.autocast():
+                loss = self.loss_fn(self.model, info.batch)
+        finally:
+            for h in hooks:
+                h.remove()
+        self.optimizer.zero_grad(set_to_none=True)
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)  # grads in true units before norms/clipping
+        if c.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, c.grad_clip)
+        else:
+            grad_norm = global_grad_norm(self.params)
+        info.loss, info.grad_norm = loss.detach(), grad_norm.detach()
+        self.trigger_callbacks("on_after_backward", info)
+
+        lr = self.optimizer.param_groups[0]["lr"]
+        scale = self.scaler.get_scale() if self.scaler else None
+        loss_value, norm_value = torch.stack(
+            [info.loss.float().cpu(), info.grad_norm.float().cpu()]).tolist()  # one sync
+        finite = math.isfinite(loss_value) and math.isfinite(norm_value)
+        if info.skip:
+            if self.scaler:
+                self.scaler.update()
+            self.record.log_event("skip", self.step, batch=index, reason=info.skip_reason)
+        elif self.scaler:
+            self.scaler.step(self.optimizer)  # skips the update by itself on inf/NaN grads
+            self.scaler.update()
+            if not math.isfinite(norm_value):
+                info.skip, info.skip_reason = True, "GradScaler found inf/NaN gradients"
+        else:
+            self.optimizer.step()
+        if not info.skip:
+            self.scheduler.step()  # a skipped update does not advance the schedule
+        if record_layers:
+            self.record.log_layers(self._layer_rows(activations))
+        info.row = {"step": self.step, "batch": index, "loss": loss_value, "lr": lr,
+                    "grad_norm": norm_value, "loss_scale": scale, "finite": finite,
+                    "skipped": info.skip}
+        self.record.log_step(info.row)
+        self.data_position = index + 1
+        self.step += 1
+        self.trigger_callbacks("on_step_end", info)
+        return info
+
+    def _layer_rows(self, activations: dict[str, torch.Tensor]) -> list[dict]:
+        """Per-layer grad norm, parameter mean/std and activation abs-max, one host sync."""
+        names, stats = [], []
+        nan = torch.tensor(float("nan"), device=self.device)
+        for name, module in self._layer_modules:
+            params = [p for p in module.parameters(recurse=False)]
+            if params:
+                flat = torch.cat([p.detach().float().flatten() for p in params])
+                grads = [p.grad for p in params if p.grad is not None]
+                gnorm = torch.linalg.vector_norm(torch.stack(
+                    [torch.linalg.vector_norm(g.float()) for g in grads])) if grads else nan
+                pstats = [gnorm, flat.mean(), flat.std() if flat.numel() > 1 else nan]
+            else:
+                pstats = [nan, nan, nan]
+            act = activations.get(name, nan)
+            names.append((name, bool(params), name in activations))
+            stats.append(torch.stack([*pstats, act]))
+        values = torch.stack(stats).cpu().tolist() if stats else []
+        rows = []
+        for (name, has_params, has_act), (gn, mean, std, act) in zip(names, values, strict=True):
+            rows.append({"step": self.step, "layer": name,
+                         "grad_norm": gn if has_params else None,
+                         "param_mean": mean if has_params else None,
+                         "param_std": std if has_params else None,
+                         "act_absmax": act if has_act else None})
+        return rows
+
+    def run(self, resume_from: int | str | Path | None = None) -> RunRecord:
+        """Train until ``config.steps`` (or a stop request) and return the run record."""
+        c = self.config
+        if resume_from is not None:
+            self.restore(resume_from)
+            self.record.log_event("resume", self.step, source=str(resume_from))
+        self.trigger_callbacks("on_run_start")
+        bar = tqdm(total=c.steps, initial=self.step, disable=not c.progress,
+                   desc="train", unit="step", dynamic_ncols=True)
+        try:
+            while self.step < c.steps and not self.stop_requested:
+                if c.checkpoint_every and self.step % c.checkpoint_every == 0:
+                    self.save_checkpoint()
+                info = self.train_step()
+                bar.update(1)
+                if c.progress and (info.step % 10 == 0 or not info.row["finite"]):
+                    bar.set_postfix(step=info.step, loss=f"{info.row['loss']:.4g}",
+                                    grad_norm=f"{info.row['grad_norm']:.3g}", refresh=False)
+            if c.checkpoint_every and self.step not in self.checkpoints.steps():
+                self.save_checkpoint()  # the final state, to resume or extend the run
+        finally:
+            bar.close()
+            self.trigger_callbacks("on_run_end")
+            self.record.manifest["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            self.record.manifest["stop_reason"] = self.stop_reason or None
+            self.record.write_manifest()
+            self.record.flush()
+        return self.record
+
+
+def _absmax_hook(store: dict[str, torch.Tensor], name: str):
+    def hook(module, inputs, output):
+        out = output[0] if isinstance(output, (tuple, list)) else output
+        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
+            store[name] = out.detach().abs().amax().float()
+    return hook
+
+
+def train(config: TrainConfig | None = None, **kwargs) -> RunRecord:
+    """Build a :class:`Trainer` and run it: ``train(TrainConfig(steps=200))``."""
+    return Trainer(config, **kwargs).run()

@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.nanlab-installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup lab test lint bench clean-venv
+.PHONY: setup lab labs test lint bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install nanlab with everything the labs and tests need
 
+labs: setup  ## after editing solutions/: run them (store the checked outputs), regenerate labs/
+	$(BIN)/python -m nanlab course execute
+	$(BIN)/python -m nanlab course build
+
 lab: setup  ## open the student labs in JupyterLab
 	$(BIN)/jupyter lab labs/
 
@@ -23,7 +27,9 @@ lint: setup
 
 test: setup  ## ruff, the notebook sync check, unit tests and every notebook under nbval
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m nanlab course check
+	NANLAB_PROGRESS=$$(mktemp -d)/progress.json \
+		$(BIN)/python -m pytest $(PYTEST_ARGS) tests solutions labs --nbval-lax
 
 bench: setup  ## benchmarks: print numbers, assert nothing
 	for f in bench/bench_*.py; do $(BIN)/python $$f || exit 1; done

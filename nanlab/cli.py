@@ -38,14 +38,38 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _parse_sets(pairs: list[str]) -> dict:
+    """``--set key=value`` pairs: numbers become numbers, the rest stay strings."""
+    params = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise NanlabError(f"--set {pair!r} is not allowed; write --set name=value")
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                value = text
+        params[key] = value
+    return params
+
+
 def cmd_run(args) -> int:
-    from nanlab.train import TrainConfig, Trainer
+    from nanlab.faults import run_fault
+    from nanlab.train import TrainConfig
 
     out = args.out or str(Path("runs") / time.strftime("run-%Y%m%d-%H%M%S"))
+    params = _parse_sets(args.set)
+    if params and not args.fault:
+        raise NanlabError("--set needs --fault NAME (the parameters belong to a fault)")
     config = TrainConfig(steps=args.steps, seed=args.seed, device=args.device,
                          precision=args.precision, out_dir=out, progress=not args.json)
-    record = Trainer(config).run()
-    summary = record.summary()
+    run = run_fault(args.fault, base=config, **params)
+    record = run.record
+    summary = {**record.summary(), "fault": args.fault, "error": run.error,
+               "first_bad_step": run.first_bad_step}
     if args.json:
         print(json.dumps(_json_safe(summary)))
     else:
@@ -54,6 +78,8 @@ def cmd_run(args) -> int:
               f"precision {config.precision}, seed {config.seed}")
         print(f"final loss: {summary['final_loss']}")
         print(f"first non-finite step: {bad if bad is not None else 'none'}")
+        if run.error:
+            print(f"crashed at step {run.error_step}: {run.error}")
         print(f"run directory: {summary['run_dir']}")
     return 0
 
@@ -69,8 +95,69 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--precision", default="fp32", help="fp32 | fp16 | bf16 | fp16-pure")
     run.add_argument("--out", default=None, help="run directory (default runs/run-<time>)")
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    run.add_argument("--fault", default=None, help="inject a fault (see: nanlab faults)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="a fault parameter, e.g. --set at_step=20 (repeatable)")
     run.set_defaults(func=cmd_run)
+
+    faults = sub.add_parser("faults", help="list the built-in faults")
+    faults.add_argument("name", nargs="?", help="show one fault in full")
+    faults.add_argument("--json", action="store_true")
+    faults.set_defaults(func=cmd_faults)
+
+    matrix = sub.add_parser("matrix", help="measure every fault against every fix")
+    matrix.add_argument("--faults", nargs="*", default=None)
+    matrix.add_argument("--fixes", nargs="*", default=None)
+    matrix.add_argument("--steps", type=_positive_int, default=200)
+    matrix.add_argument("--seed", type=_positive_int, default=0)
+    matrix.add_argument("--workers", type=_positive_int, default=None)
+    matrix.add_argument("--json", action="store_true")
+    matrix.set_defaults(func=cmd_matrix)
+
+    from nanlab import course
+
+    course.add_parser(sub)
     return parser
+
+
+def cmd_faults(args) -> int:
+    from nanlab.faults import FAULTS, get_fault
+
+    if args.name:
+        fault = get_fault(args.name)
+        if args.json:
+            print(json.dumps(_fault_dict(fault)))
+        else:
+            print(fault.describe())
+        return 0
+    if args.json:
+        print(json.dumps([_fault_dict(f) for f in FAULTS.values()]))
+        return 0
+    width = max(map(len, FAULTS))
+    for f in FAULTS.values():
+        print(f"{f.name:{width}}  {f.family:17}  {f.signature:9}  {f.summary}")
+    return 0
+
+
+def _fault_dict(fault) -> dict:
+    return {"name": fault.name, "family": fault.family, "summary": fault.summary,
+            "mechanism": fault.mechanism, "needs": fault.needs, "reveals": fault.reveals,
+            "cure": fault.cure, "signature": fault.signature,
+            "params": {k: p.default for k, p in fault.params.items()}}
+
+
+def cmd_matrix(args) -> int:
+    from nanlab.matrix import fault_fix_matrix
+
+    m = fault_fix_matrix(args.faults, args.fixes, steps=args.steps, seed=args.seed,
+                         workers=args.workers, progress=not args.json)
+    if args.json:
+        print(json.dumps(_json_safe(m.to_dict())))
+    else:
+        print(m.table())
+        print()
+        print(m.evidence())
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         return args.func(args)
-    except NanlabError as e:
+    except (NanlabError, ImportError) as e:
         print(f"nanlab: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nanlab.errors import check_range
+from nanlab.errors import NanlabError, check_range
 
 IGNORE_INDEX = -100  # a target with this value is masked out of the loss (PyTorch's default)
 
@@ -90,6 +90,8 @@ class CountingTask:
         seq_len: int = 32,
         vocab_size: int = 32,
         max_stride: int = 7,
+        pad_id: int | None = None,
+        pad_prob: float = 0.0,
     ):
         check_range("seed", seed, 0, integer=True)
         check_range("batch_size", batch_size, 2, integer=True)
@@ -98,6 +100,10 @@ class CountingTask:
         check_range("max_stride", max_stride, 1, vocab_size - 1, integer=True)
         self.seed, self.batch_size, self.seq_len = seed, batch_size, seq_len
         self.vocab_size, self.max_stride = vocab_size, max_stride
+        check_range("pad_prob", pad_prob, 0.0, 1.0)
+        if pad_prob and pad_id is None:
+            raise NanlabError(f"pad_prob={pad_prob} needs a pad_id (a token id for padding)")
+        self.pad_id, self.pad_prob = pad_id, pad_prob
         self.raw_hooks: list[RawHook] = []
 
     n_features = 1
@@ -110,6 +116,12 @@ class CountingTask:
         seq = (start + stride * torch.arange(T + 1)) % V  # (B, T+1)
         tokens, targets = seq[:, :-1], seq[:, 1:].clone()  # (B, T) each
         targets[:, 0] = IGNORE_INDEX  # unpredictable before the stride is known
+        if self.pad_prob:  # short sequences, padded at the end and masked out of the loss
+            short = torch.rand(B, generator=g) < self.pad_prob
+            length = torch.randint(2, T, (B,), generator=g)
+            pad = short[:, None] & (torch.arange(T)[None, :] >= length[:, None])  # (B, T)
+            tokens = tokens.masked_fill(pad, self.pad_id)
+            targets = targets.masked_fill(pad, IGNORE_INDEX)
         features = tokens.float()[:, :, None]  # (B, T, 1) the numeric reading of each token
         return RawBatch(tokens=tokens, targets=targets, raw_features=features)
 

@@ -52,8 +52,15 @@ class GPTConfig:
     # overflows once a score passes ~88.7 in fp32 or ~11.1 in fp16.
     softmax: str = "stable"
     pos_encoding: str = "learned"  # "learned" | "sinusoidal"
+    # Absolute position of the first token, for a stream that keeps counting across
+    # windows (sinusoidal only). Past 65504 a position id no longer fits in fp16.
+    pos_offset: int = 0
     activation: str = "gelu"  # "gelu" | "relu" | "sigmoid"
+    mlp_bias_init: float = 0.0  # a large negative value kills ReLU units from the start
     use_norms: bool = True  # False removes every LayerNorm: the deep-stack experiments
+    residual: bool = True  # False makes each block replace x instead of adding to it
+    embed_norm: bool = False  # LayerNorm straight after the token embedding (BLOOM-style)
+    pad_id: int | None = None  # a padding token whose embedding row is fixed at zero
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -72,6 +79,12 @@ class GPTConfig:
         check_choice("GPTConfig.softmax", self.softmax, ["stable", "naive"])
         check_choice("GPTConfig.pos_encoding", self.pos_encoding, ["learned", "sinusoidal"])
         check_choice("GPTConfig.activation", self.activation, ["gelu", "relu", "sigmoid"])
+        check_range("GPTConfig.pos_offset", self.pos_offset, 0, integer=True)
+        if self.pos_offset and self.pos_encoding == "learned":
+            raise NanlabError(f"GPTConfig.pos_offset={self.pos_offset} needs "
+                              "pos_encoding='sinusoidal'; a learned table has block_size rows")
+        if self.pad_id is not None:
+            check_range("GPTConfig.pad_id", self.pad_id, 0, self.vocab_size - 1, integer=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -181,7 +194,11 @@ class Block(nn.Module):
         self.ln_2 = norm()
         self.mlp = MLP(config)
 
+        self.residual = config.residual
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.residual:  # a plain deep stack: every gradient passes every layer
+            return self.mlp(self.ln_2(self.attn(self.ln_1(x))))
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
@@ -210,7 +227,9 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd, padding_idx=config.pad_id)
+        self.embed_norm = LayerNorm(config.n_embd, config.norm_eps, config.norm_impl) \
+            if config.embed_norm else None
         if config.pos_encoding == "learned":
             self.wpe = nn.Embedding(config.block_size, config.n_embd)
         else:
@@ -235,6 +254,11 @@ class GPT(nn.Module):
                 module.weight.mul_(c.init_scale)
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()  # and its gradient stays zero
+        if isinstance(module, MLP):
+            nn.init.constant_(module.c_fc.bias, c.mlp_bias_init)
 
     def forward(
         self,
@@ -245,8 +269,10 @@ class GPT(nn.Module):
         """tokens (B, T) long; features (B, T, n_features) float; positions (T,) long."""
         B, T = tokens.shape
         if positions is None:
-            positions = torch.arange(T, device=tokens.device)
+            positions = torch.arange(T, device=tokens.device) + self.config.pos_offset
         x = self.wte(tokens)  # (B, T, C)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)  # a zero (padding) row has variance 0 here
         if isinstance(self.wpe, SinusoidalPositions):
             x = x + self.wpe(positions, x.dtype)  # (T, C) broadcast over B
         else:

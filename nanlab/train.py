@@ -34,6 +34,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,10 @@ class TrainConfig:
     # the course can show what clipping does and does not cure).
     grad_clip: float = 0.0
     batch_size: int = 32
+    # Fraction of sequences that are short and padded with model.pad_id (which must be
+    # the last token id, model.vocab_size - 1); 0 = no padding.
+    pad_prob: float = 0.0
+    z_loss: float = 0.0  # weight of the z-loss, z * log(Z)^2 (PaLM used 1e-4); 0 = off
     checkpoint_every: int = 50  # 0 = no checkpoints
     record_every: int = 10  # per-layer statistics every this many steps; 0 = never
     out_dir: str | None = None  # None keeps everything in memory
@@ -107,6 +112,12 @@ class TrainConfig:
         check_range("momentum", self.momentum, 0.0, 1.0)
         check_range("grad_clip", self.grad_clip, 0.0)
         check_range("batch_size", self.batch_size, 2, integer=True)
+        check_range("pad_prob", self.pad_prob, 0.0, 1.0)
+        if self.pad_prob and self.model.pad_id != self.model.vocab_size - 1:
+            raise NanlabError(
+                f"pad_prob={self.pad_prob} needs model.pad_id = model.vocab_size - 1 = "
+                f"{self.model.vocab_size - 1}; got pad_id={self.model.pad_id}")
+        check_range("z_loss", self.z_loss, 0.0, 1.0)
         check_range("checkpoint_every", self.checkpoint_every, 0, integer=True)
         check_range("record_every", self.record_every, 0, integer=True)
         if not isinstance(self.device, str) or not (
@@ -149,14 +160,32 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def lm_loss(model: nn.Module, batch) -> torch.Tensor:
+def default_task(config: TrainConfig) -> CountingTask:
+    """The counting task sized to the model (the pad token, if any, is the last id)."""
+    m = config.model
+    padded = m.pad_id is not None
+    return CountingTask(seed=config.seed, batch_size=config.batch_size, seq_len=m.block_size,
+                        vocab_size=m.vocab_size - 1 if padded else m.vocab_size,
+                        pad_id=m.pad_id, pad_prob=config.pad_prob)
+
+
+def lm_loss(model: nn.Module, batch, z_loss: float = 0.0) -> torch.Tensor:
     """Next-token cross-entropy, averaged over the targets that are not masked.
 
     A batch whose targets are all masked has nothing to average over: the mean is
     0 / 0 = NaN, exactly as in PyTorch's own ``ignore_index`` handling.
+
+    ``z_loss`` adds ``z_loss * log(Z)^2`` (Z = the softmax normaliser, PaLM's auxiliary
+    loss): it pulls the output logits' scale back towards zero, so they cannot drift up.
     """
-    logits = model(batch.tokens, batch.features)  # (B, T, V)
-    return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=IGNORE_INDEX)
+    logits = model(batch.tokens, batch.features).flatten(0, 1)  # (B*T, V)
+    targets = batch.targets.flatten()
+    loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+    if z_loss:
+        keep = targets != IGNORE_INDEX
+        log_z = torch.logsumexp(logits.float()[keep], dim=-1)
+        loss = loss + z_loss * (log_z**2).mean()
+    return loss
 
 
 def lr_factor(step: int, config: TrainConfig) -> float:
@@ -239,10 +268,9 @@ class Trainer:
         if config.precision == "fp16-pure":
             self.model.half()
             self.input_dtype = torch.float16
-        self.batches = batches if batches is not None else CountingTask(
-            seed=config.seed, batch_size=config.batch_size, seq_len=config.model.block_size,
-            vocab_size=config.model.vocab_size)
-        self.loss_fn = loss_fn or lm_loss
+        self.batches = batches if batches is not None else default_task(config)
+        self.loss_fn = loss_fn or (partial(lm_loss, z_loss=config.z_loss) if config.z_loss
+                                   else lm_loss)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = optimizer or self._make_optimizer()
         self.lr_scale = 1.0  # tools that cut the LR (recovery) multiply this
@@ -391,7 +419,9 @@ class Trainer:
         scale = self.scaler.get_scale() if self.scaler else None
         loss_value, norm_value = torch.stack(
             [info.loss.float().cpu(), info.grad_norm.float().cpu()]).tolist()  # one sync
-        finite = math.isfinite(loss_value) and math.isfinite(norm_value)
+        # With a GradScaler, inf gradients at a finite loss are the scaler at work (the
+        # scaled backward overflowed; it skips the step and halves the scale), not a fault.
+        finite = math.isfinite(loss_value) and (math.isfinite(norm_value) or bool(self.scaler))
         if info.skip:
             if self.scaler:
                 self.scaler.update()

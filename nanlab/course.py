@@ -1,0 +1,395 @@
+"""One source per notebook: ``solutions/`` holds the answers, ``labs/`` is generated from it.
+
+The nbgrader convention: in a solution notebook, the code a learner writes sits between
+``### BEGIN SOLUTION`` and ``### END SOLUTION``. ``build`` writes the learner's version:
+
+- each code block becomes a stub indented like the marker (``# YOUR CODE HERE`` then
+  ``raise NotImplementedError()``); in markdown it becomes ``_Your answer here._``;
+- outputs, execution counts and saved widget state are cleared;
+- cells tagged ``solution-only`` are dropped (the solution's own "this is the source" banner)
+  and a banner saying the lab is generated is put first;
+- the ``nbval-check-output`` tag is removed: a lab has no reference outputs to compare,
+  and a learner's saved outputs are their own.
+
+Stubs in code cells must sit inside a function body (so the stub raises only when the
+check calls the function); a marker at the top level of a cell is an error, because the
+unfilled lab must run top to bottom. ``check`` regenerates in memory and compares bytes, so
+CI fails when a lab was edited by hand or a solution changed without a rebuild.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+
+from nanlab.errors import NanlabError
+
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
+MARKDOWN_STUB = "_Your answer here._"
+SOLUTION_ONLY_TAG = "solution-only"
+CHECK_OUTPUT_TAG = "nbval-check-output"
+BANNER_ID = "generated-banner"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+class CourseError(NanlabError):
+    """A solution notebook or folder the builder cannot use; the message names the place."""
+
+
+def strip_solutions(source: str, cell_type: str = "code", where: str = "cell") -> str:
+    """Replace every marked block in one cell's source by its stub.
+
+    >>> strip_solutions("def f():\\n    ### BEGIN SOLUTION\\n    return 1\\n    ### END SOLUTION")
+    'def f():\\n    # YOUR CODE HERE\\n    raise NotImplementedError()'
+    """
+    out: list[str] = []
+    begin_line: int | None = None
+    for number, line in enumerate(source.split("\n"), start=1):
+        text = line.strip()
+        if text.startswith(BEGIN):
+            if begin_line is not None:
+                raise CourseError(
+                    f"{where}, line {number}: {BEGIN!r} inside the block opened on line "
+                    f"{begin_line}; close it with {END!r} first"
+                )
+            begin_line = number
+            indent = line[: len(line) - len(line.lstrip())]
+            if cell_type == "code":
+                if not indent:
+                    raise CourseError(
+                        f"{where}, line {number}: {BEGIN!r} at the top level of a code cell; "
+                        "the stub would raise when the lab runs. Put the answer inside a "
+                        "function body and call it from the check cell"
+                    )
+                out += [indent + s for s in CODE_STUB]
+            else:
+                out.append(indent + MARKDOWN_STUB)
+        elif text.startswith(END):
+            if begin_line is None:
+                raise CourseError(f"{where}, line {number}: {END!r} without a {BEGIN!r} before it")
+            begin_line = None
+        elif begin_line is None:
+            out.append(line)
+    if begin_line is not None:
+        raise CourseError(f"{where}, line {begin_line}: {BEGIN!r} is never closed by {END!r}")
+    return "\n".join(out)
+
+
+def make_lab(
+    solution: nbformat.NotebookNode, name: str, source: str | Path | None = None
+) -> nbformat.NotebookNode:
+    """The learner's version of one solution notebook (``name`` is its file name).
+
+    ``source`` is the solution's path, used only to name it in errors.
+
+    >>> nb = nbformat.read("solutions/01_numbers.ipynb", 4)  # doctest: +SKIP
+    >>> lab = make_lab(nb, "01_numbers.ipynb")  # doctest: +SKIP
+    """
+    lab = copy.deepcopy(solution)
+    lab.metadata.pop("widgets", None)
+    cells = []
+    for index, cell in enumerate(lab.cells):
+        tags = list(cell.get("metadata", {}).get("tags", []))
+        if SOLUTION_ONLY_TAG in tags:
+            continue
+        where = f"{source or 'solutions/' + name} cell {index} ({cell.cell_type})"
+        if cell.cell_type in ("code", "markdown"):
+            cell.source = strip_solutions(cell.source, cell.cell_type, where)
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+        for key in ("execution", "collapsed", "scrolled"):
+            cell.metadata.pop(key, None)
+        if CHECK_OUTPUT_TAG in tags:
+            tags.remove(CHECK_OUTPUT_TAG)
+            if tags:
+                cell.metadata["tags"] = tags
+            else:
+                cell.metadata.pop("tags")
+        cells.append(cell)
+    banner = nbformat.v4.new_markdown_cell(
+        f"_Generated from `solutions/{name}` by `nanlab course build`; do not edit by hand._ "
+        "Instructors: edit the solution and rebuild. "
+        "Learners: fill in the cells marked `# YOUR CODE HERE`.",
+        id=BANNER_ID,
+    )
+    lab.cells = [banner, *cells]
+    return lab
+
+
+def render(nb: nbformat.NotebookNode) -> str:
+    """The exact text a notebook is saved as; ``build``, ``check`` and ``execute`` share it.
+
+    >>> render(nbformat.v4.new_notebook()).endswith("\\n")
+    True
+    """
+    return nbformat.writes(nb, version=4) + "\n"
+
+
+def solution_files(solutions_dir: str | Path = "solutions") -> list[Path]:
+    """The solution notebooks, sorted by name; a missing folder is a CourseError.
+
+    >>> [p.name for p in solution_files("solutions")]  # doctest: +SKIP
+    ['01_numbers.ipynb']
+    """
+    folder = Path(solutions_dir)
+    if not folder.is_dir():
+        raise CourseError(f"solutions directory {str(folder)!r} does not exist")
+    return sorted(folder.glob("*.ipynb"))
+
+
+def expected_labs(solutions_dir: str | Path = "solutions") -> dict[str, str]:
+    """File name -> the text each lab should have, generated in memory.
+
+    >>> sorted(expected_labs())  # doctest: +SKIP
+    ['01_numbers.ipynb']
+    """
+    out = {}
+    for path in solution_files(solutions_dir):
+        try:
+            solution = nbformat.read(path, as_version=4)
+        except Exception as err:
+            raise CourseError(f"{path}: not a readable notebook ({err})") from err
+        out[path.name] = render(make_lab(solution, path.name, path))
+    return out
+
+
+def build(solutions_dir: str | Path = "solutions", labs_dir: str | Path = "labs") -> list[Path]:
+    """Write every lab from its solution; returns the files written (unchanged ones too).
+
+    Nothing is written unless every solution converts, so a bad marker leaves labs/ alone.
+
+    >>> build("solutions", "labs")  # doctest: +SKIP
+    [PosixPath('labs/01_numbers.ipynb')]
+    """
+    texts = expected_labs(solutions_dir)
+    labs = Path(labs_dir)
+    labs.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in texts.items():
+        target = labs / name
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            _write_text_atomically(target, text)
+        written.append(target)
+    return written
+
+
+def check(solutions_dir: str | Path = "solutions", labs_dir: str | Path = "labs") -> list[str]:
+    """Differences between labs/ and what solutions/ generates, one line each; [] when in sync.
+
+    >>> check("solutions", "labs")  # doctest: +SKIP
+    []
+    """
+    texts = expected_labs(solutions_dir)
+    labs = Path(labs_dir)
+    present = {p.name for p in labs.glob("*.ipynb")} if labs.is_dir() else set()
+    problems = []
+    for name, text in texts.items():
+        target = labs / name
+        if name not in present:
+            problems.append(f"missing: {target} (from solutions/{name}); run `nanlab course build`")
+            continue
+        actual = target.read_text(encoding="utf-8")
+        if actual != text:
+            problems.append(f"stale: {target}: {_first_difference(actual, text)}; "
+                            "run `nanlab course build`")
+    for name in sorted(present - set(texts)):
+        problems.append(f"extra: {labs / name} has no source solutions/{name}; delete it "
+                        "or add the solution")
+    return problems
+
+
+def execute(path: str | Path, timeout: int = 600, kernel_name: str = "python3") -> None:
+    """Run a solution notebook top to bottom and save it with its outputs, for nbval to compare.
+
+    Runs in the notebook's folder with the progress file pointed at a scratch file, so the
+    instructor's own progress is untouched. Saved without timing metadata and without widget
+    views (they only live in a running kernel and carry random ids), so running it twice
+    gives the same file. A cell that raises stops with a CourseError; the file is left as is.
+
+    >>> execute("solutions/01_numbers.ipynb")  # doctest: +SKIP
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name=kernel_name,
+        resources={"metadata": {"path": str(path.parent.resolve())}},
+        record_timing=False,
+        store_widget_state=False,
+    )
+    scratch = Path(tempfile.gettempdir()) / "nanlab-execute" / "progress.json"
+    scratch.unlink(missing_ok=True)
+    with _env("NANLAB_PROGRESS", str(scratch)):
+        try:
+            client.execute()
+        except CellExecutionError as err:
+            raise CourseError(f"{path}: a cell raised while executing:\n{err}") from err
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if WIDGET_VIEW not in o.get("data", {})]
+    _write_text_atomically(path, render(nb))
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``course build|check|execute`` to a CLI's subparsers (the CLI wires this in).
+
+    >>> sub = argparse.ArgumentParser().add_subparsers(dest="command")
+    >>> _ = add_parser(sub)
+    """
+    course = subparsers.add_parser("course", help="build or check the student notebooks")
+    actions = course.add_subparsers(dest="course_command", required=True)
+    for name, func, text in (
+        ("build", build_command, "write labs/ from solutions/"),
+        ("check", check_command, "fail if labs/ is not what solutions/ generates"),
+    ):
+        p = actions.add_parser(name, help=text)
+        p.add_argument("--solutions", default="solutions", help="solution notebooks folder")
+        p.add_argument("--labs", default="labs", help="generated lab notebooks folder")
+        p.set_defaults(func=func)
+    p = actions.add_parser("execute", help="run solution notebooks and save their outputs")
+    p.add_argument("notebooks", nargs="*", help="default: every notebook in --solutions")
+    p.add_argument("--solutions", default="solutions", help="solution notebooks folder")
+    p.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
+    p.set_defaults(func=execute_command)
+    return course
+
+
+def build_command(args: argparse.Namespace) -> int:
+    """``nanlab course build``: write labs/, print what changed; 1 on a bad solution.
+
+    >>> build_command(argparse.Namespace(solutions="solutions", labs="labs"))  # doctest: +SKIP
+    0
+    """
+    try:
+        before = {p.name: p.read_bytes() for p in Path(args.labs).glob("*.ipynb")}
+        written = build(args.solutions, args.labs)
+        extra = [p for p in check(args.solutions, args.labs) if p.startswith("extra:")]
+    except CourseError as err:
+        print(f"error: {err}")
+        return 1
+    changed = [p for p in written if before.get(p.name) != p.read_bytes()]
+    for p in changed:
+        print(f"wrote {p}")
+    for line in extra:
+        print(line)
+    print(f"built {len(written)} lab(s) from {args.solutions}/ into {args.labs}/; "
+          f"{len(changed)} changed")
+    return 0
+
+
+def check_command(args: argparse.Namespace) -> int:
+    """``nanlab course check``: one line per difference and a summary; 0 in sync, else 1.
+
+    >>> check_command(argparse.Namespace(solutions="solutions", labs="labs"))  # doctest: +SKIP
+    0
+    """
+    try:
+        problems = check(args.solutions, args.labs)
+        count = len(solution_files(args.solutions))
+    except CourseError as err:
+        print(f"error: {err}")
+        return 1
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"{len(problems)} difference(s) between {args.labs}/ and {args.solutions}/")
+        return 1
+    print(f"{args.labs}/ is in sync with {args.solutions}/ ({count} notebook(s))")
+    return 0
+
+
+def execute_command(args: argparse.Namespace) -> int:
+    """``nanlab course execute [NOTEBOOK ...]``: run solutions in place; 1 if any cell raised.
+
+    >>> execute_command(argparse.Namespace(notebooks=[], solutions="solutions"))  # doctest: +SKIP
+    0
+    """
+    try:
+        paths = [Path(p) for p in args.notebooks] or solution_files(args.solutions)
+        for path in paths:
+            execute(path, timeout=getattr(args, "timeout", 600))
+            print(f"executed {path}")
+    except CourseError as err:
+        print(f"error: {err}")
+        return 1
+    return 0
+
+
+def _first_difference(actual: str, expected: str) -> str:
+    """Name the first cell that differs, or say it is only the file's formatting."""
+    try:
+        got = nbformat.reads(actual, as_version=4)
+    except Exception:
+        return "not a readable notebook"
+    want = nbformat.reads(expected, as_version=4)
+    for i, (g, e) in enumerate(zip(got.cells, want.cells, strict=False)):
+        if g.cell_type != e.cell_type:
+            return f"cell {i} is {g.cell_type}, expected {e.cell_type}"
+        if g.source != e.source:
+            return f"cell {i} ({e.cell_type}) source differs"
+        if g.cell_type == "code" and (g.outputs or g.execution_count is not None):
+            return f"cell {i} has outputs; labs are saved without outputs"
+        if g != e:
+            return f"cell {i} ({e.cell_type}) metadata differs"
+    if len(got.cells) != len(want.cells):
+        return f"{len(got.cells)} cells, expected {len(want.cells)}"
+    if got.metadata != want.metadata:
+        return "notebook metadata differs"
+    return "formatting differs"
+
+
+def _write_text_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    """Set an environment variable for the kernels started inside the block."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``course`` subcommands without the full CLI: ``python -m nanlab.course check``.
+
+    >>> main(["check"])  # doctest: +SKIP
+    0
+    """
+    parser = argparse.ArgumentParser(prog="python -m nanlab.course")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["course", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,223 @@
+"""solutions/ -> labs/: stubs, cleared outputs, the banner, sync checks and clear errors."""
+
+import argparse
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from nanlab import course
+from nanlab.course import CourseError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FUNCTION_SOLUTION = """\
+def f(x):
+    if x > 0:
+        ### BEGIN SOLUTION
+        return x + 1
+        ### END SOLUTION
+    return 0"""
+
+
+def _solution(path: Path, cells: list) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
+                                 "name": "python3"}
+    nb.cells = cells
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"c{i}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    """A solutions folder with one notebook that uses every feature the builder handles."""
+    banner = nbformat.v4.new_markdown_cell("This is the source.")
+    banner.metadata["tags"] = ["solution-only"]
+    checked = nbformat.v4.new_code_cell("print(f(1))", execution_count=2)
+    checked.metadata["tags"] = ["nbval-check-output", "keep-me"]
+    checked.outputs = [nbformat.v4.new_output("stream", name="stdout", text="2\n")]
+    cells = [
+        banner,
+        nbformat.v4.new_markdown_cell("Why?\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"),
+        nbformat.v4.new_code_cell(FUNCTION_SOLUTION, execution_count=1),
+        checked,
+    ]
+    _solution(tmp_path / "solutions" / "01_demo.ipynb", cells)
+    return tmp_path / "solutions", tmp_path / "labs"
+
+
+def _lab(labs: Path) -> nbformat.NotebookNode:
+    return nbformat.read(labs / "01_demo.ipynb", as_version=4)
+
+
+def test_build_then_check_is_clean(dirs):
+    solutions, labs = dirs
+    assert course.build(solutions, labs) == [labs / "01_demo.ipynb"]
+    assert course.check(solutions, labs) == []
+    before = (labs / "01_demo.ipynb").read_bytes()
+    course.build(solutions, labs)
+    assert (labs / "01_demo.ipynb").read_bytes() == before  # deterministic
+
+
+def test_lab_has_banner_stubs_and_no_outputs(dirs):
+    solutions, labs = dirs
+    course.build(solutions, labs)
+    cells = _lab(labs).cells
+    assert cells[0].cell_type == "markdown"
+    assert "Generated from `solutions/01_demo.ipynb` by `nanlab course build`" in cells[0].source
+    assert "do not edit by hand" in cells[0].source
+    assert all("This is the source" not in c.source for c in cells)  # solution-only dropped
+    assert cells[1].source == "Why?\n_Your answer here._"
+    for cell in cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+    assert cells[3].metadata["tags"] == ["keep-me"]  # nbval tag removed, others kept
+
+
+def test_stub_is_indented_like_the_block_it_replaces(dirs):
+    solutions, labs = dirs
+    course.build(solutions, labs)
+    assert _lab(labs).cells[2].source == (
+        "def f(x):\n"
+        "    if x > 0:\n"
+        "        # YOUR CODE HERE\n"
+        "        raise NotImplementedError()\n"
+        "    return 0"
+    )
+
+
+def test_hand_edit_of_a_lab_is_reported(dirs):
+    solutions, labs = dirs
+    course.build(solutions, labs)
+    nb = _lab(labs)
+    nb.cells[2].source = "def f(x):\n    return x + 1"
+    nbformat.write(nb, labs / "01_demo.ipynb")
+    [problem] = course.check(solutions, labs)
+    assert problem.startswith(f"stale: {labs / '01_demo.ipynb'}")
+    assert "cell 2 (code) source differs" in problem
+
+
+def test_saved_outputs_in_a_lab_are_reported(dirs):
+    solutions, labs = dirs
+    course.build(solutions, labs)
+    nb = _lab(labs)
+    nb.cells[3].outputs = [nbformat.v4.new_output("stream", name="stdout", text="2\n")]
+    nbformat.write(nb, labs / "01_demo.ipynb")
+    assert "has outputs" in course.check(solutions, labs)[0]
+
+
+def test_missing_and_extra_labs_are_named(dirs):
+    solutions, labs = dirs
+    labs.mkdir()
+    (labs / "99_orphan.ipynb").write_text("{}")
+    problems = course.check(solutions, labs)
+    assert problems[0].startswith(f"missing: {labs / '01_demo.ipynb'}")
+    assert problems[1].startswith(f"extra: {labs / '99_orphan.ipynb'}")
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("def f():\n    ### BEGIN SOLUTION\n    return 1",
+         "line 2: '### BEGIN SOLUTION' is never closed"),
+        ("def f():\n    return 1\n    ### END SOLUTION", "line 3: '### END SOLUTION' without"),
+        ("def f():\n    ### BEGIN SOLUTION\n    ### BEGIN SOLUTION\n    ### END SOLUTION",
+         "line 3: '### BEGIN SOLUTION' inside the block opened on line 2"),
+        ("### BEGIN SOLUTION\nx = 1\n### END SOLUTION", "at the top level of a code cell"),
+    ],
+)
+def test_bad_markers_name_file_cell_and_line(tmp_path, source, message):
+    _solution(tmp_path / "solutions" / "02_bad.ipynb",
+              [nbformat.v4.new_markdown_cell("intro"), nbformat.v4.new_code_cell(source)])
+    with pytest.raises(CourseError) as err:
+        course.build(tmp_path / "solutions", tmp_path / "labs")
+    assert f"{tmp_path / 'solutions' / '02_bad.ipynb'} cell 1 (code)" in str(err.value)
+    assert message in str(err.value)
+    assert not (tmp_path / "labs" / "02_bad.ipynb").exists()
+
+
+def test_missing_solutions_dir_is_a_clear_error(tmp_path):
+    with pytest.raises(CourseError, match="solutions directory .*nope.* does not exist"):
+        course.check(tmp_path / "nope", tmp_path / "labs")
+
+
+def test_commands_print_one_line_per_difference_and_exit_codes(dirs, capsys):
+    solutions, labs = dirs
+    args = argparse.Namespace(solutions=str(solutions), labs=str(labs))
+    assert course.check_command(args) == 1
+    assert "missing:" in capsys.readouterr().out
+    assert course.build_command(args) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert course.check_command(args) == 0
+    assert "in sync" in capsys.readouterr().out
+    bad = argparse.Namespace(solutions=str(solutions.parent / "nope"), labs=str(labs))
+    assert course.check_command(bad) == 1
+    assert capsys.readouterr().out.startswith("error: solutions directory")
+
+
+def test_add_parser_wires_course_subcommands(dirs):
+    solutions, labs = dirs
+    parser = argparse.ArgumentParser()
+    course.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["course", "build", "--solutions", str(solutions),
+                              "--labs", str(labs)])
+    assert args.func(args) == 0
+    args = parser.parse_args(["course", "check", "--solutions", str(solutions),
+                              "--labs", str(labs)])
+    assert args.func(args) == 0
+
+
+def test_repository_labs_are_in_sync_with_solutions():
+    """The nbdev-style guard: a lab edited by hand or a solution not rebuilt fails CI."""
+    assert course.check(ROOT / "solutions", ROOT / "labs") == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=str)
+def test_solutions_are_saved_with_outputs_for_nbval(path):
+    """nbval skips a cell that was never run, so an unexecuted solution would compare nothing."""
+    nb = nbformat.read(path, as_version=4)
+    marked = [c for c in nb.cells if "nbval-check-output" in c.metadata.get("tags", [])]
+    assert marked, f"{path.name} marks no cell for nbval to compare"
+    code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    unrun = [i for i, c in code if c.execution_count is None]
+    assert not unrun, f"cells {unrun} not executed; run `nanlab course execute {path.name}`"
+
+
+@pytest.mark.slow
+def test_execute_stores_outputs_deterministically(tmp_path):
+    cells = [nbformat.v4.new_code_cell("print(6 * 7)"),
+             nbformat.v4.new_code_cell("import ipywidgets\nipywidgets.Button()")]
+    path = _solution(tmp_path / "nb.ipynb", cells)
+    course.execute(path, timeout=60)
+    first = path.read_bytes()
+    nb = nbformat.read(path, as_version=4)
+    assert nb.cells[0].outputs[0].text == "42\n"
+    assert nb.cells[1].outputs == [] and nb.cells[1].execution_count == 2  # random model ids
+    course.execute(path, timeout=60)
+    assert path.read_bytes() == first
+
+
+@pytest.mark.slow
+def test_execute_names_the_failing_notebook(tmp_path):
+    path = _solution(tmp_path / "nb.ipynb", [nbformat.v4.new_code_cell("1 / 0")])
+    with pytest.raises(CourseError, match="nb.ipynb: a cell raised"):
+        course.execute(path, timeout=60)
+
+
+def test_hand_edit_of_a_repository_lab_copy_is_caught(tmp_path):
+    """The real notebooks, copied: editing one lab cell by hand makes ``check`` fail."""
+    import shutil
+
+    shutil.copytree(ROOT / "solutions", tmp_path / "solutions")
+    shutil.copytree(ROOT / "labs", tmp_path / "labs")
+    lab = next((tmp_path / "labs").glob("*.ipynb"))
+    nb = nbformat.read(lab, as_version=4)
+    cell = next(c for c in nb.cells if "raise NotImplementedError()" in c.source)
+    cell.source = cell.source.replace("raise NotImplementedError()", "return None")
+    nbformat.write(nb, lab)
+    [problem] = course.check(tmp_path / "solutions", tmp_path / "labs")
+    assert problem.startswith(f"stale: {lab}") and "source differs" in problem

@@ -1,0 +1,237 @@
+"""Every fault fails by its real mechanism, within 300 steps, with its own signature."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from nanlab import faults
+from nanlab.data import CountingTask
+from nanlab.errors import NanlabError
+from nanlab.signals import final_loss, find_spikes, is_stalled, recovery_steps
+
+CLEAN_FINAL = 0.1  # the clean run is below this by step 200 (see test_train)
+
+
+def observed(run) -> str:
+    losses = run.record.losses()
+    if run.error:
+        return "error"
+    if run.record.first_nonfinite_step is not None:
+        return "nonfinite"
+    if is_stalled(losses):
+        return "stall"
+    spikes = [s for s in find_spikes(losses) if s >= 10]
+    if spikes and recovery_steps(losses, spikes[0]) is not None:
+        return "spike"
+    if final_loss(losses) > 5 * CLEAN_FINAL:
+        return "diverge"
+    return "healthy"
+
+
+STEPS = {"sigmoid_chain": 60, "dead_relu": 100}
+
+
+@pytest.mark.parametrize("name", sorted(faults.FAULTS))
+def test_default_variant_shows_its_signature_within_300_steps(name):
+    fault = faults.get_fault(name)
+    run = faults.run_fault(name, steps=STEPS.get(name, 200), stop_when_poisoned=True)
+    assert observed(run) == fault.signature, run.record.summary()
+    if fault.signature in ("nonfinite", "error"):
+        assert run.first_bad_step is not None and run.first_bad_step < 300
+
+
+@pytest.mark.parametrize("name", [n for n, f in sorted(faults.FAULTS.items())
+                                  if f.signature == "nonfinite"])
+def test_nonfinite_comes_from_arithmetic_not_from_state(name):
+    """Training starts from finite weights, the step before the first bad one is finite,
+    and for every fault that is not dirty data each batch is finite too: the NaN is made
+    by the arithmetic of the forward pass, the backward pass or the optimizer update."""
+    run = faults.run_fault(name, steps=200, stop_when_poisoned=True, checkpoint_every=1)
+    bad = run.record.first_nonfinite_step
+    start = run.trainer.checkpoints.load(0)
+    assert all(torch.isfinite(v).all() for v in start["model"].values() if v.is_floating_point())
+    assert all(r["finite"] for r in run.record.steps[:bad])
+    if faults.get_fault(name).family != "dirty_data":
+        for row in run.record.steps[:bad + 1]:
+            assert torch.isfinite(run.trainer.batches(row["batch"]).features).all()
+
+
+def test_zero_std_batch_holds_only_finite_numbers_until_standardised():
+    """Its NaN is 0 / 0 inside the pipeline, not a NaN in the data."""
+    task = CountingTask()
+    fault = faults.get_fault("zero_std")
+    fault.install(faults.Injection(batches=task), fault.resolve())
+    raw = task.raw_hooks[0](40, task.raw(40))
+    assert torch.isfinite(raw.raw_features).all() and raw.raw_features.std() == 0
+    assert torch.isnan(task(40).features).all()
+    assert torch.isfinite(task(39).features).all()
+
+
+def test_fp16_overflow_needs_fp16():
+    fp16 = faults.run_fault("fp16_overflow", steps=30)
+    assert fp16.record.first_nonfinite_step == 0
+    for precision in ("fp32", "bf16"):
+        base = faults.fault_config("fp16_overflow").replace(precision=precision, steps=30)
+        run = faults.run_fault("fp16_overflow", base=base)
+        # the same raw-unit input, without fp16's 65504 ceiling: every step finite
+        assert run.trainer.config.precision == "fp16"  # the fault's own condition wins
+        fixed = faults.run_fault("fp16_overflow", fixes=["amp_off" if precision == "fp32"
+                                                         else "bf16"], steps=30)
+        assert fixed.record.first_nonfinite_step is None, precision
+
+
+def test_amp_off_does_not_cure_dirty_data_or_tiny_eps():
+    for name in ("nan_input", "tiny_eps"):
+        run = faults.run_fault(name, precision="fp16", fixes=["amp_off"], steps=60,
+                               stop_when_poisoned=True)
+        assert run.trainer.config.precision == "fp32"
+        assert run.record.first_nonfinite_step is not None, name
+
+
+def test_lr_div10_does_not_cure_dirty_data():
+    for name in ("nan_input", "all_masked", "zero_std"):
+        run = faults.run_fault(name, fixes=["lr_div10"], steps=60, stop_when_poisoned=True)
+        assert run.record.first_nonfinite_step == 40, name
+
+
+def test_validate_data_cures_dirty_data():
+    for name in ("nan_input", "all_masked", "zero_std", "illegal_label"):
+        run = faults.run_fault(name, fixes=["validate_data"], steps=60)
+        assert run.error is None and run.record.first_nonfinite_step is None, name
+        assert [e["kind"] for e in run.record.events] == ["bad_batch"], name
+        assert run.record.events[0]["batch"] == 40
+
+
+def test_recoverable_spike_and_unrecoverable_divergence():
+    spike = faults.run_fault("lr_jump")
+    losses = spike.record.losses()
+    spikes = [s for s in find_spikes(losses) if s >= 10]
+    assert spikes and spikes[0] in (100, 101)
+    assert recovery_steps(losses, spikes[0]) is not None
+    diverged = faults.run_fault("high_lr_adam").record.losses()
+    assert np.isfinite(diverged).all() and final_loss(diverged) > 1.0
+
+
+def test_fault_parameters_are_checked():
+    with pytest.raises(NanlabError, match=r"nan_input.at_step=-1 .*from 0 to"):
+        faults.run_fault("nan_input", at_step=-1)
+    with pytest.raises(NanlabError, match="value='zero'.*'nan', 'inf', '-inf'"):
+        faults.get_fault("nan_input").resolve(value="zero")
+    with pytest.raises(NanlabError, match="has no parameter 'speed'"):
+        faults.get_fault("high_lr").resolve(speed=3)
+    with pytest.raises(NanlabError, match="fault='nope'"):
+        faults.get_fault("nope")
+    with pytest.raises(NanlabError, match="n_layer=0"):
+        faults.get_fault("bad_init").resolve(n_layer=0)
+
+
+def test_every_fault_is_declared_completely():
+    for fault in faults.FAULTS.values():
+        assert fault.summary and fault.mechanism and fault.needs
+        assert fault.reveals in faults.SOP_STEPS
+        assert "\n" not in fault.summary
+        for name, spec in fault.params.items():
+            assert fault.resolve()[name] == spec.default
+
+
+# -- reuse on models nanlab does not ship ---------------------------------------------
+class TinyEncoderLM(torch.nn.Module):
+    """A torch.nn.TransformerEncoder language model on float features + tokens."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, 32)
+        self.feat = torch.nn.Linear(1, 32)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(32, 16)
+
+    def forward(self, x, tokens):
+        return self.head(self.enc(self.emb(tokens) + self.feat(x)))
+
+
+def lm_batches(step):
+    g = torch.Generator().manual_seed(step)
+    tokens = torch.randint(0, 16, (8, 12), generator=g)
+    return {"x": tokens[..., None].float() / 16, "tokens": tokens, "y": (tokens + 1) % 16}
+
+
+def lm_loss(model, batch):
+    return torch.nn.functional.cross_entropy(model(batch["x"], batch["tokens"]).flatten(0, 1),
+                                             batch["y"].flatten())
+
+
+def mlp_batches(step):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(32, 6, generator=g)
+    return x, (x[:, 0] > 0).long()
+
+
+def mlp_loss(model, batch):
+    x, y = batch
+    return torch.nn.functional.cross_entropy(model(x), y)
+
+
+def make_mlp():
+    return torch.nn.Sequential(torch.nn.Linear(6, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                               torch.nn.ReLU(), torch.nn.Linear(64, 2))
+
+
+ARCHS = {
+    "encoder_lm": (TinyEncoderLM, lm_batches, lm_loss, {"inputs": "x", "labels": "y"}),
+    "mlp": (make_mlp, mlp_batches, mlp_loss, {}),
+}
+
+
+def own_loop(arch: str, fault: str, steps: int = 60, opt="sgd", **params) -> list[float]:
+    """The user's own training loop; the fault is applied with faults.inject()."""
+    make, batches, loss_fn, keys = ARCHS[arch]
+    torch.manual_seed(0)
+    model = make()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9) if opt == "sgd" \
+        else torch.optim.AdamW(model.parameters(), lr=1e-3)
+    injection = faults.inject(fault, model=model, optimizer=optimizer, batches=batches,
+                              **keys, **params)
+    losses = []
+    for step in range(steps):
+        batch = injection.batches(step)
+        loss = loss_fn(model, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_inject_dirty_data_into_a_foreign_model(arch):
+    losses = own_loop(arch, "nan_input", at_step=20)
+    assert all(math.isfinite(v) for v in losses[:20])
+    assert all(math.isnan(v) for v in losses[20:])  # the NaN reached the weights
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_inject_high_lr_into_a_foreign_model(arch):
+    losses = own_loop(arch, "high_lr", lr=20.0)
+    assert not all(math.isfinite(v) for v in losses) or max(losses) > 100 * losses[0]
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_inject_bad_init_into_a_foreign_model(arch):
+    clean = own_loop(arch, "nan_input", at_step=10_000, steps=1)[0]
+    losses = own_loop(arch, "bad_init", init_std=2.0, steps=20)
+    assert not all(math.isfinite(v) for v in losses) or max(losses) > 100 * clean
+
+
+def test_inject_all_masked_and_illegal_label_into_a_foreign_mlp():
+    with pytest.raises(IndexError, match="out of bounds"):
+        own_loop("mlp", "illegal_label", at_step=3)
+
+
+def test_inject_refuses_what_needs_the_builtin_model():
+    with pytest.raises(NanlabError, match="cannot be applied to a foreign model"):
+        faults.inject("softmax_overflow", model=make_mlp())
+    with pytest.raises(NanlabError, match="needs optimizer"):
+        faults.inject("high_lr", model=make_mlp(), batches=mlp_batches)

@@ -1,0 +1,476 @@
+"""The question bank, its validation, the answer frameworks, the mock interview, the cheat sheet."""
+
+from __future__ import annotations
+
+import copy
+import doctest
+import json
+import re
+
+import pytest
+
+import nanlab.interview
+from nanlab.errors import NanlabError
+from nanlab.interview import (
+    FRAMEWORKS,
+    LEVELS,
+    TOPICS,
+    BankError,
+    MockInterview,
+    answer_framework,
+    bank_counts,
+    cheat_sheet,
+    check_bank,
+    default_bank_path,
+    frameworks_markdown,
+    get_question,
+    load_bank,
+    parse_bank,
+    resolve,
+)
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+@pytest.fixture(scope="module")
+def bank():
+    return load_bank()
+
+
+@pytest.fixture()
+def raw():
+    """The shipped bank as raw JSON entries, to break in tests."""
+    data = json.loads(default_bank_path().read_text(encoding="utf-8"))
+    return copy.deepcopy(data["questions"])
+
+
+def problems_of(entries) -> list[str]:
+    with pytest.raises(BankError) as info:
+        parse_bank(entries)
+    assert str(info.value).count("\n- ") == len(info.value.problems)
+    return info.value.problems
+
+
+def test_doctests_pass():
+    assert doctest.testmod(nanlab.interview).failed == 0
+
+
+# ------------------------------------------------------------------------------- the bank
+
+
+def test_bank_size_topics_and_levels(bank):
+    assert len(bank) >= 36
+    counts = bank_counts(bank)
+    assert all(n >= 3 for n in counts["topic"].values()), counts
+    assert all(n >= 8 for n in counts["level"].values()), counts
+    assert set(counts["topic"]) == set(TOPICS) and set(counts["level"]) == set(LEVELS)
+
+
+def test_every_question_is_complete(bank):
+    ids = {q.id for q in bank}
+    for q in bank:
+        assert q.key_points, q.id
+        assert q.common_mistakes, q.id
+        assert 1 <= len(q.follow_ups) <= 3, q.id
+        assert CJK.search(q.question_zh), q.id
+        assert len(CJK.findall(q.answer)) >= 2, f"{q.id}: Chinese terms beside English ones"
+        names = {p.name for p in q.key_points}
+        for f in q.follow_ups:
+            assert set(f.targets) <= names, q.id
+            target = resolve(f, bank)
+            assert target.key_points, target.id
+            if f.id is not None:
+                assert f.id in ids and f.id != q.id
+
+
+def test_most_key_points_have_chinese_phrases(bank):
+    points = [p for q in bank for p in q.key_points]
+    with_zh = [p for p in points if any(CJK.search(s) for s in p.synonyms)]
+    assert len(with_zh) / len(points) > 0.75
+
+
+def test_every_model_answer_earns_full_marks_on_its_own_rubric(bank):
+    questions = list(bank) + [f.question for q in bank for f in q.follow_ups if f.question]
+    for q in questions:
+        result = q.score(q.answer)
+        assert result.score == 1.0, (q.id, result.missing)
+
+
+def test_bank_covers_the_article_and_its_corrections(bank):
+    text = " ".join(q.question + " " + q.answer for q in bank)
+    for needle in [
+        "65504",
+        "6e-8",
+        "2^16",
+        "2000",
+        "0.5",
+        "inf - inf",
+        "1e-8",
+        "1e-4",
+        "log Z",
+        "1e4",
+        "Wortsman",
+        "128",
+        "PaLM",
+        "100 steps",
+        "200 to 500",
+        "OLMo-core",
+        "Megatron-LM",
+        "DeepSpeed",
+        "all-reduce",
+        "detect_anomaly",
+        "2.5-3x",
+        "code commit",
+        "data version",
+        "seed",
+        "hint, not proof",
+        "dead ReLU",
+        "QK-LayerNorm",
+        "z-loss",
+        "BF16",
+        "stall",
+    ]:
+        assert needle in text, needle
+    # the two follow-ups quoted by the article
+    assert "how many batches" in get_question("confirm-no-recur", bank).question.lower()
+    under_over = get_question("fp16-under-over", bank)
+    assert "underflow" in under_over.question and "overflow" in under_over.question
+
+
+def test_modern_amp_api_only(bank):
+    for q in bank:
+        for sentence in re.split(r"(?<=\.)\s", q.answer):
+            if "torch.cuda.amp" in sentence:
+                assert "deprecated" in sentence, q.id
+    assert "torch.amp.autocast(device_type=" in get_question("amp-api", bank).answer
+    assert "torch.amp.GradScaler" in get_question("gradscaler", bank).answer
+
+
+def test_get_question_errors_name_the_id(bank):
+    with pytest.raises(NanlabError, match="'no-such-id' not found"):
+        get_question("no-such-id", bank)
+    inline = get_question("data-zero-std/follow-up-2", bank)
+    assert inline.parent == "data-zero-std"
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def test_load_bank_reads_a_file_and_accepts_a_bare_list(tmp_path, raw):
+    path = tmp_path / "bank.json"
+    path.write_text(json.dumps(raw, ensure_ascii=False), encoding="utf-8")
+    assert len(load_bank(path)) == len(raw)
+
+
+def test_invalid_json_names_line_and_column(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{"questions": [\n  {"id": "a",}\n]}', encoding="utf-8")
+    with pytest.raises(BankError, match=r"not valid JSON at line 2, column"):
+        load_bank(path)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(BankError, match="cannot read the file"):
+        load_bank(tmp_path / "nope.json")
+
+
+def test_unknown_topic(raw):
+    raw[2]["topic"] = "learning_rate"
+    (msg,) = problems_of(raw)
+    qid = raw[2]["id"]
+    assert msg.startswith(f"questions[2] (id '{qid}'): field 'topic' = 'learning_rate'")
+    assert "choose one of 'data', 'precision', 'lr'" in msg
+
+
+def test_unknown_level(raw):
+    raw[0]["level"] = "intern"
+    (msg,) = problems_of(raw)
+    assert "field 'level' = 'intern' is not allowed" in msg
+    assert "'new_grad', 'experienced', 'senior'" in msg
+
+
+def test_missing_key_points(raw):
+    del raw[5]["key_points"]
+    msgs = problems_of(raw)
+    assert any("questions[5]" in m and "missing field 'key_points'" in m for m in msgs)
+
+
+def test_empty_key_points_and_bad_synonyms(raw):
+    raw[1]["key_points"] = []
+    raw[4]["key_points"][0]["synonyms"] = "isfinite"
+    raw[6]["key_points"][1]["synonyms"] = ["..."]
+    msgs = problems_of(raw)
+    assert any(
+        "questions[1]" in m and "'key_points' = [] must be a non-empty list" in m for m in msgs
+    )
+    assert any(
+        "questions[4]" in m and "key_points[0]: field 'synonyms' = 'isfinite'" in m for m in msgs
+    )
+    assert any("questions[6]" in m and "could never match" in m for m in msgs)
+
+
+def test_follow_up_id_not_found(raw):
+    raw[3]["follow_ups"][0]["id"] = "does-not-exist"
+    (msg,) = problems_of(raw)
+    assert "follow_ups[0]: follow-up id 'does-not-exist' not found in the bank" in msg
+
+
+def test_follow_up_target_must_be_a_key_point(raw):
+    raw[0]["follow_ups"][0]["targets"] = ["something else"]
+    (msg,) = problems_of(raw)
+    assert "target 'something else' is not a key point of this question; allowed:" in msg
+
+
+def test_follow_up_count_and_inline_fields(raw):
+    raw[0]["follow_ups"] = []
+    raw[1]["follow_ups"] = raw[1]["follow_ups"] * 4
+    inline = {
+        "question": "Why?",
+        "question_zh": "为什么？",
+        "answer": "Because (因为).",
+        "targets": [raw[2]["key_points"][0]["name"]],
+    }
+    raw[2]["follow_ups"] = [inline]
+    msgs = problems_of(raw)
+    assert any(m.startswith("questions[0]") and "must be a list of 1 to 3" in m for m in msgs)
+    assert any(m.startswith("questions[1]") and "must be a list of 1 to 3" in m for m in msgs)
+    assert any(m.startswith("questions[2]") and "missing field 'key_points'" in m for m in msgs)
+
+
+def test_duplicate_id(raw):
+    raw[7]["id"] = raw[0]["id"]
+    msgs = problems_of(raw)
+    assert any(
+        f"questions[7] (id '{raw[0]['id']}'): duplicate id; questions[0] already uses it" in m
+        for m in msgs
+    )
+
+
+def test_unknown_field_and_non_object_entry(raw):
+    raw[0]["topc"] = "data"
+    raw.append("just a string")
+    msgs = problems_of(raw)
+    assert any("unknown field 'topc'" in m for m in msgs)
+    assert any(m.startswith(f"questions[{len(raw) - 1}]: expected an object") for m in msgs)
+
+
+def test_chinese_is_required_where_promised(raw):
+    raw[0]["question_zh"] = "no chinese here"
+    raw[1]["answer"] = "An answer with no Chinese terms at all."
+    msgs = problems_of(raw)
+    assert any("question_zh" in m and "has no Chinese characters" in m for m in msgs)
+    assert any("'answer' has no Chinese key terms" in m for m in msgs)
+
+
+def test_every_problem_is_reported_at_once(raw):
+    raw[0]["topic"] = "x"
+    raw[1]["level"] = "y"
+    del raw[2]["answer"]
+    assert len(problems_of(raw)) == 3
+    assert len(check_bank(raw)) == 3
+
+
+def test_empty_bank():
+    assert problems_of([]) == ["the bank has no questions"]
+    assert problems_of({"questions": []}) == ["the bank has no questions"]
+
+
+# ------------------------------------------------------------------------------ frameworks
+
+
+def test_frameworks_cover_three_levels_with_templates_and_mistakes():
+    assert set(FRAMEWORKS) == set(LEVELS)
+    for level in LEVELS:
+        md = answer_framework(level)
+        assert "What the interviewer wants to hear" in md
+        assert "Fill-in template" in md and "____" in md
+        assert "Typical mistakes" in md
+    assert "梯度爆炸" in answer_framework("new_grad")
+    assert "No numbers" in answer_framework("experienced")
+    senior = answer_framework("senior")
+    assert "Detached from a concrete model" in senior
+    assert "No prevention or monitoring story" in senior
+    assert frameworks_markdown().count("### ") == 3
+
+
+def test_framework_rejects_unknown_level():
+    with pytest.raises(NanlabError, match="level='intern' is not allowed"):
+        answer_framework("intern")
+
+
+# -------------------------------------------------------------------------- mock interview
+
+
+def asked(mock: MockInterview, answer: str = "") -> list[str]:
+    ids = []
+    while not mock.done:
+        ids.append(mock.current.id)
+        mock.answer(answer)
+    return ids
+
+
+def test_same_seed_same_interview(bank):
+    first = asked(MockInterview(level="experienced", seed=7, bank=bank))
+    again = asked(MockInterview(level="experienced", seed=7, bank=bank))
+    assert first == again
+    others = {tuple(asked(MockInterview(level="experienced", seed=s, bank=bank))) for s in range(5)}
+    assert len(others) > 1
+
+
+def test_questions_come_from_the_level_and_topics(bank):
+    mock = MockInterview(level="senior", seed=1, n_questions=4, max_follow_ups=0, bank=bank)
+    main = asked(mock)
+    assert len(main) == 4
+    assert all(get_question(q, bank).level == "senior" for q in main)
+    assert len({get_question(q, bank).topic for q in main}) == 4  # topics interleaved
+    mock = MockInterview(topics=["precision"], seed=0, n_questions=3, max_follow_ups=0, bank=bank)
+    assert all(get_question(q, bank).topic == "precision" for q in asked(mock))
+
+
+def test_short_pool_is_topped_up_from_other_levels(bank):
+    mock = MockInterview(
+        level="senior", topics=["data"], n_questions=2, max_follow_ups=0, bank=bank
+    )
+    assert len(asked(mock)) == 2  # no senior data question; other levels fill in
+
+
+def test_bad_arguments_are_clear_errors(bank):
+    with pytest.raises(NanlabError, match="topics='cooking' is not allowed"):
+        MockInterview(topics=["cooking"], bank=bank)
+    with pytest.raises(NanlabError, match="level='junior' is not allowed"):
+        MockInterview(level="junior", bank=bank)
+    with pytest.raises(NanlabError, match="n_questions=0 is out of range"):
+        MockInterview(n_questions=0, bank=bank)
+
+
+GOOD_FIRST_THING = (
+    "The first thing I do is stop the run so it does not keep training on garbage, and I save "
+    "the logs and a snapshot of the weights as evidence. I don't start changing "
+    "hyperparameters blindly. Next I look through the loss log to find the first step where "
+    "the loss went non-finite. Then I roll back to the last good checkpoint before that step, "
+    "and restart with the learning rate divided by 10 to see if it comes back. If it still "
+    "appears, I turn AMP off and rerun, then go through the rest one at a time."
+)
+# Covers everything except the LR / 10 restart (first-thing's second follow-up targets it).
+NO_LR_FIRST_THING = (
+    "The first thing I do is stop the run so it does not keep training on garbage, and I save "
+    "the logs and a snapshot of the weights as evidence. I don't start changing "
+    "hyperparameters blindly. Next I look through the loss log to find the first step where "
+    "the loss went non-finite. Then I roll back to the last good checkpoint before that step. "
+    "If it still appears, I turn AMP off and rerun, then go through the rest one at a time."
+)
+
+
+def test_a_good_answer_moves_to_the_next_question(bank):
+    mock = MockInterview(ids=["first-thing", "nan-vs-oom"], bank=bank)
+    reply = mock.answer(GOOD_FIRST_THING)
+    assert reply.result.score == 1.0
+    assert not reply.is_follow_up
+    assert reply.next_question.id == "nan-vs-oom"
+    assert "**Next question**" in reply.message
+
+
+def test_the_follow_up_targets_what_was_missing(bank):
+    first = get_question("first-thing", bank)
+    assert [f.id for f in first.follow_ups] == ["sop-order", "lr-divide-10", "spike-vs-nan"]
+    mock = MockInterview(ids=["first-thing", "nan-vs-oom"], bank=bank)
+    reply = mock.answer(NO_LR_FIRST_THING)
+    assert reply.result.missing == ["restart at LR / 10"]
+    assert reply.is_follow_up
+    assert reply.next_question.id == "lr-divide-10"  # not the first follow-up in the list
+    assert "probing: restart at LR / 10" in reply.message
+    # one follow-up per question by default: then the next main question
+    reply = mock.answer("")
+    assert not reply.is_follow_up and reply.next_question.id == "nan-vs-oom"
+
+
+def test_an_empty_answer_gets_the_first_follow_up_and_depth_is_bounded(bank):
+    mock = MockInterview(ids=["first-thing"], max_follow_ups=2, bank=bank)
+    assert mock.answer("").next_question.id == "sop-order"
+    assert mock.answer("").next_question.id == "data-first-check"  # sop-order's first
+    assert mock.answer("").next_question is None
+    assert mock.done
+    with pytest.raises(NanlabError, match="the mock interview is over"):
+        mock.answer("more")
+
+
+def test_no_follow_ups_when_disabled_and_no_repeats(bank):
+    mock = MockInterview(ids=["first-thing", "sop-order"], max_follow_ups=0, bank=bank)
+    assert asked(mock) == ["first-thing", "sop-order"]
+    # sop-order was already asked as a follow-up, so it is not asked again
+    mock = MockInterview(ids=["first-thing", "sop-order", "nan-vs-oom"], bank=bank)
+    assert asked(mock) == ["first-thing", "sop-order", "nan-vs-oom", "what-to-log"]
+
+
+def test_inline_follow_ups_are_asked(bank):
+    zero_std = get_question("data-zero-std", bank)
+    answer = (
+        "The std is 0 for a constant column so we divide 0 / 0 and get NaN everywhere. "
+        "I would clamp the std with a small eps before dividing by it in the pipeline. "
+        "After normalising I assert isfinite on the whole tensor to catch anything left."
+    )
+    result = zero_std.score(answer)
+    assert result.missing == ["global statistics"]
+    mock = MockInterview(ids=["data-zero-std"], bank=bank)
+    reply = mock.answer(answer)
+    assert reply.next_question.id == "data-zero-std/follow-up-2"
+    assert reply.next_question.parent == "data-zero-std"
+
+
+def test_summary_reports_scores_topics_and_practice(bank):
+    mock = MockInterview(ids=["first-thing", "fp16-range"], max_follow_ups=0, bank=bank)
+    mock.answer(GOOD_FIRST_THING)
+    mock.answer("FP16 has a small range so values can overflow during training runs.")
+    summary = mock.summary()
+    assert [r[0] for r in summary.rows] == ["first-thing", "fp16-range"]
+    assert summary.rows[0][2] == 1.0 and summary.rows[1][2] < 0.5
+    assert summary.strongest == ["recovery"] and summary.weakest == ["precision"]
+    assert summary.practise[0].startswith("fp16-range: add max 65504")
+    assert any(p.startswith("more precision questions:") for p in summary.practise)
+    md = summary.markdown()
+    assert "| first-thing | recovery | 100% |" in md
+    assert "Weakest: precision" in md
+
+
+def test_summary_before_any_answer():
+    assert MockInterview(seed=0).summary().markdown().endswith("No answers yet.")
+
+
+# ----------------------------------------------------------------------------- cheat sheet
+
+
+def test_cheat_sheet_has_the_sop_in_order():
+    sheet = cheat_sheet()
+    assert "data -> AMP off -> LR / 10 -> grad norms -> init / eps" in sheet
+    steps = ["1. **Data", "2. **AMP off", "3. **LR / 10", "4. **Grad norms", "5. **Init / eps"]
+    positions = [sheet.index(s) for s in steps]
+    assert positions == sorted(positions)
+
+
+def test_cheat_sheet_numbers_terms_and_length():
+    sheet = cheat_sheet()
+    for needle in [
+        "65504",
+        "6e-8",
+        "2^16",
+        "2000",
+        "0.5",
+        "1e-4",
+        "1e4",
+        "6 sigma",
+        "128",
+        "100 steps",
+        "200-500",
+        "hint, not proof",
+        "stall",
+        "torch.amp.autocast",
+        "梯度裁剪",
+        "损失缩放",
+        "学习率预热",
+        "回滚",
+        "检查点",
+        "混合精度",
+    ]:
+        assert needle in sheet, needle
+    assert "torch.cuda.amp" in sheet and "deprecated" in sheet
+    assert len(sheet.splitlines()) <= 70  # one page

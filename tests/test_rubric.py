@@ -1,0 +1,270 @@
+"""The rubric: matching, the anti-stuffing rule, and realistic answers in English and Chinese."""
+
+from __future__ import annotations
+
+import dataclasses
+import doctest
+
+import pytest
+
+import nanlab.rubric
+from nanlab.rubric import (
+    CONTEXT_WORDS_PER_POINT,
+    KeyPoint,
+    RubricResult,
+    normalize,
+    score_answer,
+    stem,
+)
+
+# The rubric of "Your loss just became NaN. What do you do first?" (bank id first-thing),
+# copied here so these tests do not depend on the bank's wording.
+FIRST = [
+    KeyPoint(
+        "stop and keep the evidence",
+        ("stop the run", "keep the evidence", "snapshot", "停止训练", "保存日志", "快照"),
+    ),
+    KeyPoint("no blind tweaking", ("blindly", "blind", "盲目", "不要直接改")),
+    KeyPoint("find the first bad step", ("first step", "first nan", "第一次出现", "首个")),
+    KeyPoint(
+        "roll back to the last good checkpoint",
+        ("roll back", "rollback", "last good checkpoint", "回滚", "检查点"),
+        hint="after a NaN the weights are unusable",
+    ),
+    KeyPoint(
+        "restart at LR / 10", ("divided by 10", "lr / 10", "lower the lr", "十分之一", "降低学习率")
+    ),
+    KeyPoint("then AMP off", ("turn amp off", "amp off", "disable amp", "关闭混合精度")),
+]
+
+GOOD_EN = (
+    "The first thing I do is stop the run so it does not keep training on garbage, and I "
+    "save the logs and a snapshot of the weights as evidence. I don't start changing "
+    "hyperparameters blindly. Next I look through the loss log to find the first step where "
+    "the loss or grad norm went non-finite. Then I roll back to the last good checkpoint "
+    "before that step, since after a NaN the weights and Adam state are useless, and restart "
+    "with the learning rate divided by 10 to see if it comes back. If it still appears, I "
+    "turn AMP off and rerun, and after that go through data, gradients and the model one at "
+    "a time."
+)
+GOOD_ZH = (
+    "首先停止训练，保存日志和当前模型的快照，不要盲目调参。然后在日志里找到第一次出现NaN的step。"
+    "接着回滚到这个step之前最近的正常checkpoint，因为NaN之后参数和优化器状态都已经坏了。"
+    "用十分之一的学习率重新启动，看NaN是否复现；如果还是出现，就关闭混合精度再试，"
+    "之后按数据、梯度、模型的顺序逐项排查。"
+)
+GOOD_MIXED = (
+    "我会先 stop the run，把日志和模型快照都保存下来作为证据。不要 blindly 改超参数。"
+    "在loss日志里找到 first NaN 出现的那个step。然后 roll back 到之前最后一个正常的checkpoint，"
+    "用 LR / 10 重新训练看看是否复现。如果还有问题，再 turn AMP off 用fp32跑一遍确认。"
+)
+PARTIAL_EN = (
+    "I would roll back to the last checkpoint that was still fine and restart training from "
+    "there with a smaller learning rate, maybe lower the LR by ten times and watch it."
+)
+PARTIAL_ZH = "我会先回滚到上一个正常的检查点，然后把学习率调小一点重新训练，看看还会不会出问题。"
+OFF_TOPIC_EN = (
+    "I really enjoy hiking at the weekend, and at my last job I led a team of five frontend "
+    "engineers building a React dashboard for the sales department."
+)
+OFF_TOPIC_ZH = (
+    "我周末喜欢去爬山，上一份工作带领五个人的前端团队，用React给销售部门做了一个数据看板。"
+)
+STUFFED_COMMAS = (
+    "stop the run, snapshot, blindly, first step, roll back, last good checkpoint, lr / 10, "
+    "amp off, isfinite, gradient clipping, warmup, GradScaler"
+)
+STUFFED_LINES = "stop the run\nsnapshot\nblindly\nfirst nan\nrollback\nlr / 10\namp off"
+STUFFED_ZH = (
+    "停止训练、快照、盲目、第一次出现、回滚、检查点、十分之一、关闭混合精度、梯度裁剪、学习率预热"
+)
+REPEATED_FILLER = (
+    "Stop the run is what I do. Snapshot is what I do. Blindly is what I do. First NaN is "
+    "what I do. Rollback is what I do. LR / 10 is what I do. AMP off is what I do."
+)
+
+
+def one(*synonyms: str) -> list[KeyPoint]:
+    return [KeyPoint("point", synonyms)]
+
+
+# ------------------------------------------------------------------------ the interface
+
+
+def test_interface_other_modules_rely_on():
+    point = KeyPoint("name", ("a", "b"))
+    assert point.hint == ""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        point.name = "other"  # type: ignore[misc]
+    result = score_answer("some answer", [point])
+    assert isinstance(result, RubricResult)
+    assert {"score", "present", "missing", "feedback"} <= {
+        f.name for f in dataclasses.fields(result)
+    }
+    assert 0.0 <= result.score <= 1.0
+
+
+def test_doctests_pass():
+    assert doctest.testmod(nanlab.rubric).failed == 0
+
+
+# ------------------------------------------------------------------------------ matching
+
+
+def test_case_width_and_punctuation_are_normalised():
+    assert normalize("ＧｒａｄＳｃａｌｅｒ，ＦＰ１６！") == "gradscaler,fp16!"
+    sentence = "we kept the {} enabled for the whole run on every node"
+    for written in ("GRADSCALER", "ＧｒａｄＳｃａｌｅｒ", "GradScaler"):
+        assert score_answer(sentence.format(written), one("gradscaler")).score == 1.0
+
+
+def test_thousands_separator_and_numbers():
+    pts = one("65504")
+    assert score_answer("The largest fp16 value is 65,504 which is small.", pts).score == 1.0
+    assert score_answer("The largest fp16 value is 65504 which is small.", pts).score == 1.0
+    assert score_answer("The largest fp16 value is 6550 which is wrong.", pts).score == 0.0
+
+
+def test_plurals_and_simple_stems():
+    assert stem("checkpoints") == stem("checkpoint")
+    assert stem("clipping") == stem("clipped") == stem("clip")
+    assert stem("batches") == stem("batch")
+    assert stem("normalised") == stem("normalized") == stem("normalize")
+    text = "we restored the model from one of the saved {} after that"
+    for written in ("checkpoint", "checkpoints", "Checkpoints"):
+        assert score_answer(text.format(written), one("checkpoint")).score == 1.0
+
+
+def test_multiword_synonym_matches_joined_and_hyphenated():
+    pts = one("warm up")
+    for written in ("warm up", "warmup", "warm-up", "Warm-Up"):
+        answer = f"I added a linear {written} over the first thousand steps of training."
+        assert score_answer(answer, pts).score == 1.0, written
+
+
+def test_whole_words_only():
+    assert score_answer("the nanlab package runs on the cpu here", one("nan")).score == 0.0
+    assert score_answer("we saw a solar eclipse during the run", one("clip")).score == 0.0
+
+
+def test_chinese_is_matched_as_substring_ignoring_spaces():
+    pts = one("梯度裁剪")
+    assert score_answer("训练时我们加了梯度裁剪之后就稳定多了", pts).score == 1.0
+    assert score_answer("训练时我们加了梯度 裁剪之后就稳定多了", pts).score == 1.0
+    assert score_answer("训练时我们加了梯度累积之后就稳定多了", pts).score == 0.0
+
+
+def test_mixed_language_terms():
+    pts = one("fp16溢出")
+    assert score_answer("后来确认是 FP16 溢出导致的，激活值超过了上限", pts).score == 1.0
+
+
+# ------------------------------------------------------------------ the anti-stuffing rule
+
+
+def test_a_point_needs_three_context_words_in_its_sentence():
+    assert CONTEXT_WORDS_PER_POINT == 3
+    pts = one("gradient clipping")
+    assert score_answer("gradient clipping", pts).score == 0.0
+    assert score_answer("use gradient clipping", pts).score == 0.0  # 1 context word
+    assert score_answer("we use gradient clipping", pts).score == 0.0  # 2
+    assert score_answer("then we use gradient clipping", pts).score == 1.0  # 3
+
+
+def test_a_chinese_character_counts_half_a_word():
+    pts = one("梯度裁剪")
+    assert score_answer("加梯度裁剪", pts).score == 0.0  # 1 character: 0.5 words
+    assert score_answer("然后我们加梯度裁剪", pts).score == 0.0  # 5 characters: 2.5 words
+    assert score_answer("之后我们都加梯度裁剪", pts).score == 1.0  # 6 characters: 3 words
+
+
+def test_a_sentence_shares_its_context_between_points():
+    pts = [KeyPoint("a", ("warmup",)), KeyPoint("b", ("gradient clipping",))]
+    result = score_answer("we also added warmup and gradient clipping", pts)
+    assert result.present == ["a"]  # 4 context words pay for one point only
+    assert result.unexplained == ["b"]
+    longer = "we also added warmup and gradient clipping to every run in the sweep"
+    assert score_answer(longer, pts).score == 1.0
+
+
+def test_comma_list_newline_list_and_chinese_list_earn_nothing():
+    for stuffed in (STUFFED_COMMAS, STUFFED_LINES, STUFFED_ZH):
+        result = score_answer(stuffed, FIRST)
+        assert result.score == 0.0, stuffed
+        assert len(result.unexplained) >= 4
+        assert "Named but not explained" in result.feedback
+        assert "keyword lists" in result.feedback
+
+
+def test_repeating_the_same_filler_does_not_buy_points():
+    result = score_answer(REPEATED_FILLER, FIRST)
+    assert result.score <= 1 / 6
+
+
+def test_a_list_plus_one_real_sentence_credits_only_the_sentence():
+    answer = STUFFED_COMMAS + ". Then I restart with the learning rate divided by 10 from there."
+    result = score_answer(answer, FIRST)
+    assert result.present == ["restart at LR / 10"]
+
+
+# ---------------------------------------------------------------------- realistic answers
+
+
+@pytest.mark.parametrize("answer", [GOOD_EN, GOOD_ZH], ids=["english", "chinese"])
+def test_good_answers_score_high(answer):
+    result = score_answer(answer, FIRST)
+    assert result.score == 1.0
+    assert result.missing == []
+    assert "You covered 6 of 6" in result.feedback
+
+
+def test_mixed_language_answer_scores_high():
+    assert score_answer(GOOD_MIXED, FIRST).score >= 0.8
+
+
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        (PARTIAL_EN, ["roll back to the last good checkpoint", "restart at LR / 10"]),
+        (PARTIAL_ZH, ["roll back to the last good checkpoint"]),
+    ],
+    ids=["english", "chinese"],
+)
+def test_partial_answers_score_partially(answer, expected):
+    result = score_answer(answer, FIRST)
+    assert result.present == expected
+    assert 0.1 < result.score < 0.5
+    assert "then AMP off" in result.missing
+
+
+@pytest.mark.parametrize("answer", ["", "   \n ", OFF_TOPIC_EN, OFF_TOPIC_ZH, "不知道。", "idk"])
+def test_empty_and_off_topic_answers_score_zero(answer):
+    result = score_answer(answer, FIRST)
+    assert result.score == 0.0
+    assert result.present == []
+    assert len(result.missing) == len(FIRST)
+
+
+def test_feedback_names_present_and_missing_points_in_plain_words():
+    result = score_answer(PARTIAL_EN, FIRST)
+    assert "You covered 2 of 6 key points." in result.feedback
+    assert "Covered: roll back to the last good checkpoint; restart at LR / 10." in result.feedback
+    assert "- then AMP off" in result.feedback
+    assert "- find the first bad step" in result.feedback
+    empty = score_answer("", FIRST)
+    assert "No answer yet" in empty.feedback
+    off = score_answer(OFF_TOPIC_EN, FIRST)
+    assert "off-topic" in off.feedback
+
+
+def test_hints_appear_beside_missing_points():
+    result = score_answer("I would stop the run and keep every log file for later.", FIRST)
+    assert "roll back to the last good checkpoint: after a NaN the weights are unusable" in (
+        result.feedback
+    )
+
+
+def test_no_points_gives_zero_not_an_error():
+    result = score_answer("anything at all here", [])
+    assert result.score == 0.0
+    assert "no key points" in result.feedback

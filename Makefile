@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.nanlab-installed
-PYTEST_ARGS ?= -n 2
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 .PHONY: setup lab labs test lint bench clean-venv
 

@@ -7,6 +7,15 @@ Modules, one idea each:
 - ``nanlab.train``    a model-agnostic trainer with callbacks, AMP, checkpoints, exact replay
 - ``nanlab.record``   the run record: per-step and per-layer statistics, JSON Lines, manifest
 - ``nanlab.checkpoint`` atomic checkpoints loadable with ``torch.load(weights_only=True)``
+- ``nanlab.faults``   fault injectors that fail by their real mechanism; ``nanlab.fixes`` the cures
+- ``nanlab.matrix``   the fault x fix matrix, measured
+- ``nanlab.signals``  reading a loss curve: spikes, recovery, stalls
+- ``nanlab.plots``    loss curves, grad-norm heat maps, activations against the fp16 limit
+- ``nanlab.tensorboard`` export of a run record to TensorBoard
+- ``nanlab.course``   single-source notebooks: build / check the student labs
+- ``nanlab.checks``, ``nanlab.quiz``, ``nanlab.widgets``, ``nanlab.progress``  exercises,
+  practice questions and the learner's progress
+- ``nanlab.rubric``, ``nanlab.interview``  interview practice: question bank, rubric scoring
 - ``nanlab.cli``      the ``nanlab`` command line
 
 Quick start in a notebook::

@@ -491,6 +491,8 @@ class Trainer:
                 if c.progress and (info.step % 10 == 0 or not info.row["finite"]):
                     bar.set_postfix(step=info.step, loss=f"{info.row['loss']:.4g}",
                                     grad_norm=f"{info.row['grad_norm']:.3g}", refresh=False)
+            if self.stop_requested:
+                self.record.log_event("stop", self.step, reason=self.stop_reason)
             if c.checkpoint_every and self.step not in self.checkpoints.steps():
                 self.save_checkpoint()  # the final state, to resume or extend the run
         finally:

@@ -136,7 +136,7 @@ def test_callbacks_can_skip_updates_and_stop():
     trainer.add_callback("on_after_backward", skip_all)
     record = trainer.run()
     assert len(record.steps) == 5 and all(r["skipped"] for r in record.steps)
-    assert [e["kind"] for e in record.events] == ["skip"] * 5
+    assert [e["kind"] for e in record.events] == ["skip"] * 5 + ["stop"]
     for p, q in zip(before, trainer.model.parameters(), strict=True):
         assert torch.equal(p, q)
 

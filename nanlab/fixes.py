@@ -86,7 +86,7 @@ def _skip_bad_batches(trainer: Trainer) -> None:
 
 def _skip_nonfinite(trainer: Trainer) -> None:
     def check(tr: Trainer, info) -> None:
-        if not (torch.isfinite(info.loss) & torch.isfinite(info.grad_norm)):
+        if not info.finite:
             info.skip, info.skip_reason = True, "non-finite loss or gradient"
     trainer.add_callback("on_after_backward", check)
 

@@ -12,9 +12,10 @@ needs). Monitors and guards plug in through named callbacks, as in minGPT::
     trainer.add_callback("on_after_backward", my_check)
 
 Events, in the order they fire each step: ``on_step_start`` (batch built),
-``on_after_backward`` (gradients unscaled, ``info.grad_norm`` known, the optimizer has
-not stepped: set ``info.skip = True`` to drop the update, or ``trainer.stop_requested
-= True`` to end the run), ``on_step_end`` (row recorded). Also ``on_run_start``,
+``on_after_backward`` (gradients unscaled, ``info.loss_value`` and
+``info.grad_norm_value`` known on the host, the optimizer has not stepped: set
+``info.skip = True`` to drop the update, or ``trainer.stop_requested = True`` to end
+the run), ``on_step_end`` (row recorded). Also ``on_run_start``,
 ``on_checkpoint`` and ``on_run_end``.
 
 Runs are deterministic: the same seed on the same machine gives the same numbers, and
@@ -242,6 +243,9 @@ class StepInfo:
     batch: Any
     loss: torch.Tensor | None = None
     grad_norm: torch.Tensor | None = None
+    loss_value: float = math.nan  # the same two numbers on the host (the step's one sync)
+    grad_norm_value: float = math.nan
+    finite: bool = True  # loss finite, and gradients finite (or handled by the GradScaler)
     skip: bool = False
     skip_reason: str = ""
     row: dict = field(default_factory=dict)
@@ -413,15 +417,17 @@ class Trainer:
         else:
             grad_norm = global_grad_norm(self.params)
         info.loss, info.grad_norm = loss.detach(), grad_norm.detach()
+        loss_value, norm_value = torch.stack(
+            [info.loss.float().cpu(), info.grad_norm.float().cpu()]).tolist()  # one sync
+        info.loss_value, info.grad_norm_value = loss_value, norm_value
+        # With a GradScaler, inf gradients at a finite loss are the scaler at work (the
+        # scaled backward overflowed; it skips the step and halves the scale), not a fault.
+        finite = math.isfinite(loss_value) and (math.isfinite(norm_value) or bool(self.scaler))
+        info.finite = finite
         self.trigger_callbacks("on_after_backward", info)
 
         lr = self.optimizer.param_groups[0]["lr"]
         scale = self.scaler.get_scale() if self.scaler else None
-        loss_value, norm_value = torch.stack(
-            [info.loss.float().cpu(), info.grad_norm.float().cpu()]).tolist()  # one sync
-        # With a GradScaler, inf gradients at a finite loss are the scaler at work (the
-        # scaled backward overflowed; it skips the step and halves the scale), not a fault.
-        finite = math.isfinite(loss_value) and (math.isfinite(norm_value) or bool(self.scaler))
         if info.skip:
             if self.scaler:
                 self.scaler.update()

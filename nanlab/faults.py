@@ -368,14 +368,14 @@ register(Fault(
 
 register(Fault(
     name="high_lr", family="learning_rate",
-    summary="a learning rate far too high for SGD with momentum, from the first step",
-    mechanism="each update overshoots, the weights grow every step, the logits and then "
-              "the gradients overflow fp32: inf, then inf - inf = NaN",
-    needs="an optimizer whose step grows with the gradient (SGD); AdamW bounds each step "
-          "near the LR and only diverges, see high_lr_adam",
+    summary="AdamW at a learning rate 40x too high, in fp16 mixed precision",
+    mechanism="the oversized updates grow the attention weights until q.k passes fp16's "
+              "65504: the scores overflow to inf and the softmax makes NaN. With AMP off "
+              "the same run stays finite but diverges: fp16 only made the LR's damage loud",
+    needs="fp16 autocast (with its GradScaler) and no clipping; in fp32 see high_lr_adam",
     reveals="lr", cure="lr_div10", signature="nonfinite",
-    params={"lr": Param(3.0, 1e-6, 1e4)},
-    conditions=lambda p: {"optimizer": "sgd", "lr": p["lr"], "warmup_steps": 0},
+    params={"lr": Param(0.2, 1e-6, 1e4)},
+    conditions=lambda p: {"lr": p["lr"], "precision": "fp16"},
     foreign=lambda inj, p: inj.set_lr(p["lr"]),
 ))
 
@@ -417,31 +417,18 @@ register(Fault(
     conditions=lambda p: {"lr": p["lr"], "warmup_steps": 0, "beta2": 0.99},
 ))
 
-def _scale_inputs(inj: Injection, p: dict) -> None:
-    """Every batch's float input arrives in raw units: multiplied by ``scale``."""
-    source = inj.source
-
-    def scaled(step):
-        batch = source(step)
-        key, x = _find(batch, inj.inputs, want_float=True)
-        return _put(batch, key, (x + 2.0) * p["scale"])  # raw units are positive and large
-    inj.source = scaled
-
-
 register(Fault(
     name="fp16_overflow", family="fp16_overflow",
-    summary="a numeric input in raw units (~1e5) under fp16 autocast",
-    mechanism="the input projection's output passes fp16's max of 65504 and becomes inf; "
-              "the next LayerNorm computes inf - inf = NaN. In fp32 (max 3.4e38) and bf16 "
-              "(same range) the same numbers are fine and LayerNorm rescales them",
-    needs="fp16 autocast; an input that is large but finite (raw units, not standardised)",
+    summary="a hand-written softmax cross-entropy under fp16 autocast",
+    mechanism="the loss computes exp(logit) without subtracting the max; once the model "
+              "grows confident and a logit passes 11.1, exp overflows fp16's 65504 to inf "
+              "and inf / inf = NaN. In fp32 and bf16 (max 3.4e38) exp only overflows past "
+              "88.7, which these logits never reach",
+    needs="fp16 autocast and a loss written by hand (as custom label-smoothing or "
+          "distillation losses often are); it strikes late, when the model has learned",
     reveals="amp", cure="bf16", signature="nonfinite",
-    params={"scale": Param(1e5, 1.0, 1e30, help="the input's raw unit scale")},
-    conditions=lambda p: {"precision": "fp16"},
-    install=_scale_inputs,
-    foreign=lambda inj, p: None,
+    conditions=lambda p: {"precision": "fp16", "loss_impl": "naive"},
 ))
-
 
 register(Fault(
     name="bad_init", family="bad_init",
@@ -463,9 +450,9 @@ register(Fault(
     mechanism="without norms every block adds to a residual stream that grows with each "
               "update; the per-layer grad norms climb by orders of magnitude over tens of "
               "steps until the arithmetic overflows",
-    needs="a deep stack (8 blocks) without LayerNorm, AdamW at 0.03, no clipping",
-    reveals="grad_norms", cure="grad_clip", signature="nonfinite",
-    params={"n_layer": Param(8, 2, 64), "lr": Param(0.03, 1e-6, 10.0)},
+    needs="a deep stack (6 blocks) without LayerNorm, AdamW at 0.02, no clipping",
+    reveals="grad_norms", cure="modern_block", signature="nonfinite",
+    params={"n_layer": Param(6, 2, 64), "lr": Param(0.02, 1e-6, 10.0)},
     conditions=lambda p: {"lr": p["lr"], "model": {"n_layer": p["n_layer"],
                                                    "use_norms": False}},
 ))
@@ -541,7 +528,7 @@ register(Fault(
     mechanism="sigmoid's slope is at most 1/4, so the gradient shrinks at every layer and "
               "vanishes; the early layers barely move. It stalls; it does not overflow",
     needs="sigmoid activations, a deep plain stack (no residual, no LayerNorm), Xavier init",
-    reveals="grad_norms", cure="sane_init", signature="stall",
+    reveals="grad_norms", cure="modern_block", signature="stall",
     params={"n_layer": Param(8, 2, 64)},
     conditions=lambda p: {"model": {"activation": "sigmoid", "n_layer": p["n_layer"],
                                     "residual": False, "use_norms": False,

@@ -215,10 +215,14 @@ class SinusoidalPositions(nn.Module):
         super().__init__()
         inv_freq = torch.exp(torch.arange(0, n_embd, 2) * (-math.log(10000.0) / n_embd))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # sin/cos are in [-1, 1], 50x the token embeddings (std 0.02): scaled down so
+        # that positions do not drown the tokens in this small model.
+        self.amplitude = 0.1
 
     def forward(self, pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         angles = pos.to(dtype)[:, None] * self.inv_freq.to(dtype)[None, :]  # (T, C/2)
-        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)  # (T, C)
+        pe = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)  # (T, C)
+        return pe * self.amplitude
 
 
 class GPT(nn.Module):

@@ -87,6 +87,10 @@ class TrainConfig:
     # the last token id, model.vocab_size - 1); 0 = no padding.
     pad_prob: float = 0.0
     z_loss: float = 0.0  # weight of the z-loss, z * log(Z)^2 (PaLM used 1e-4); 0 = off
+    # "torch" is F.cross_entropy (log-softmax with the max subtracted); "naive" is the
+    # hand-written -log(exp(l_y) / sum(exp(l))) of many custom losses: exp overflows once
+    # a logit passes ~88.7 in fp32, but ~11.1 in fp16.
+    loss_impl: str = "torch"
     checkpoint_every: int = 50  # 0 = no checkpoints
     record_every: int = 10  # per-layer statistics every this many steps; 0 = never
     out_dir: str | None = None  # None keeps everything in memory
@@ -119,6 +123,7 @@ class TrainConfig:
                 f"pad_prob={self.pad_prob} needs model.pad_id = model.vocab_size - 1 = "
                 f"{self.model.vocab_size - 1}; got pad_id={self.model.pad_id}")
         check_range("z_loss", self.z_loss, 0.0, 1.0)
+        check_choice("loss_impl", self.loss_impl, ["torch", "naive"])
         check_range("checkpoint_every", self.checkpoint_every, 0, integer=True)
         check_range("record_every", self.record_every, 0, integer=True)
         if not isinstance(self.device, str) or not (
@@ -170,18 +175,26 @@ def default_task(config: TrainConfig) -> CountingTask:
                         pad_id=m.pad_id, pad_prob=config.pad_prob)
 
 
-def lm_loss(model: nn.Module, batch, z_loss: float = 0.0) -> torch.Tensor:
+def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False) -> torch.Tensor:
     """Next-token cross-entropy, averaged over the targets that are not masked.
 
     A batch whose targets are all masked has nothing to average over: the mean is
     0 / 0 = NaN, exactly as in PyTorch's own ``ignore_index`` handling.
 
-    ``z_loss`` adds ``z_loss * log(Z)^2`` (Z = the softmax normaliser, PaLM's auxiliary
-    loss): it pulls the output logits' scale back towards zero, so they cannot drift up.
+    ``naive`` computes the softmax by hand without subtracting the max (see
+    ``TrainConfig.loss_impl``). ``z_loss`` adds ``z_loss * log(Z)^2`` (Z = the softmax
+    normaliser, PaLM's auxiliary loss): it pulls the output logits' scale back towards
+    zero, so they cannot drift up.
     """
     logits = model(batch.tokens, batch.features).flatten(0, 1)  # (B*T, V)
     targets = batch.targets.flatten()
-    loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+    if naive:
+        keep = targets != IGNORE_INDEX
+        e = torch.exp(logits[keep])  # in fp16, exp(11.1) is already inf
+        p = e.gather(1, targets[keep, None]) / e.sum(-1, keepdim=True)  # inf / inf = NaN
+        loss = -torch.log(p).mean()
+    else:
+        loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
     if z_loss:
         keep = targets != IGNORE_INDEX
         log_z = torch.logsumexp(logits.float()[keep], dim=-1)
@@ -273,8 +286,9 @@ class Trainer:
             self.model.half()
             self.input_dtype = torch.float16
         self.batches = batches if batches is not None else default_task(config)
-        self.loss_fn = loss_fn or (partial(lm_loss, z_loss=config.z_loss) if config.z_loss
-                                   else lm_loss)
+        self.loss_fn = loss_fn or (
+            partial(lm_loss, z_loss=config.z_loss, naive=config.loss_impl == "naive")
+            if config.z_loss or config.loss_impl != "torch" else lm_loss)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = optimizer or self._make_optimizer()
         self.lr_scale = 1.0  # tools that cut the LR (recovery) multiply this

@@ -1,0 +1,330 @@
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from nanlab import faults  # noqa: E402
+from nanlab.errors import NanlabError  # noqa: E402
+from nanlab.guard import Guard, SpikeDetector, plain  # noqa: E402
+from nanlab.plots import kept_rows, plot_loss  # noqa: E402
+from nanlab.signals import final_loss  # noqa: E402
+from nanlab.train import TrainConfig, Trainer  # noqa: E402
+
+
+def quick(**kw) -> dict:
+    return {"steps": 20, "record_every": 0, "checkpoint_every": 10, **kw}
+
+
+def second_nan(at_step: int):
+    """A second dirty batch, composed onto run_fault's own fault through Injection."""
+    def wrap(trainer, info):
+        trainer.batches = faults.inject("nan_input", batches=trainer.batches,
+                                        inputs="features", at_step=at_step).batches
+    return ("on_run_start", wrap)
+
+
+def kept_losses(record) -> np.ndarray:
+    """The loss of the run that stands (rows replayed after a rollback replace the old)."""
+    return np.array([r["loss"] for r, k in zip(record.steps, kept_rows(record.steps),
+                                                strict=True) if k])
+
+
+def kinds(events) -> list[str]:
+    return [e["kind"] for e in events]
+
+
+# -- stop -----------------------------------------------------------------------------
+def test_without_a_guard_the_run_trains_on_nan():  # claim B3: NaN does not stop a run
+    run = faults.run_fault("nan_input", at_step=12, **quick())
+    losses = run.record.losses()
+    assert len(losses) == 20 and np.isnan(losses[12:]).all()
+    assert not all(torch.isfinite(p).all() for p in run.trainer.model.parameters())
+
+
+def test_stop_keeps_the_bad_state_and_batch_on_disk(tmp_path):
+    guard = Guard("stop")
+    run = faults.run_fault("nan_input", at_step=12, out_dir=str(tmp_path),
+                           callbacks=guard.callbacks(), **quick())
+    assert len(run.record.steps) == 13  # steps 0-12, nothing after the NaN
+    assert "guard" in run.trainer.stop_reason and "non-finite loss" in run.trainer.stop_reason
+    assert kinds(run.record.events) == ["guard", "snapshot", "skip", "stop"]
+    path = tmp_path / "evidence" / "step_000012.pt"
+    assert guard.evidence == [{"step": 12, "path": str(path)}]
+    evidence = torch.load(path, weights_only=True)
+    assert evidence["batch_index"] == 12 and evidence["trigger"] == "nonfinite"
+    assert torch.isnan(evidence["batch"]["features"]).sum() == 1  # the offending batch
+    weights = evidence["state"]["model"]
+    assert all(torch.isfinite(w).all() for w in weights.values())  # the state before it
+    assert any(torch.isnan(g).any() for g in evidence["grads"].values())
+    assert evidence["state"]["step"] == 12  # replayable: trainer.restore() can load it
+    # the update was dropped: the live weights are those of the snapshot
+    for name, p in run.trainer.model.state_dict().items():
+        assert torch.equal(p, weights[name])
+
+
+def test_stop_without_a_run_folder_keeps_the_evidence_in_memory():
+    guard = Guard("stop")
+    faults.run_fault("nan_input", at_step=12, callbacks=guard.callbacks(), **quick())
+    (evidence,) = guard.evidence
+    assert torch.isnan(evidence["batch"]["features"]).any()
+    assert evidence["state"]["model"]["lm_head.weight"].isfinite().all()
+
+
+# -- skip -----------------------------------------------------------------------------
+def test_skip_counts_and_logs_every_skip_and_keeps_the_weights_finite():
+    guard = Guard("skip")
+    run = faults.run_fault("nan_input", at_step=8, callbacks=[second_nan(13)] + guard.callbacks(),
+                           **quick())
+    assert guard.counts["skip"] == 2 and guard.counts["nonfinite"] == 2
+    skips = [e for e in run.record.events if e["kind"] == "skip"]
+    assert [(e["step"], e["batch"]) for e in skips] == [(8, 8), (13, 13)]
+    assert all("non-finite loss" in e["reason"] for e in skips)
+    assert [r["step"] for r in run.record.steps if r["skipped"]] == [8, 13]
+    assert all(torch.isfinite(p).all() for p in run.trainer.model.parameters())
+    assert math.isfinite(run.record.losses()[-1])
+    # optimizer AND scheduler step skipped: the schedule advanced 18 times in 20 steps
+    assert run.trainer.scheduler.last_epoch == 18
+
+
+# -- recover --------------------------------------------------------------------------
+def test_recover_survives_two_failures_and_ends_near_the_clean_run():
+    n = 100
+    clean = faults.run_fault(None, steps=n, record_every=0, checkpoint_every=10)
+    guard = Guard("recover")
+    run = faults.run_fault("nan_input", at_step=30, steps=n, record_every=0, checkpoint_every=10,
+                           callbacks=[second_nan(60)] + guard.callbacks())
+    assert guard.rollbacks == 2 and run.trainer.stop_reason == ""
+    events = run.record.events
+    rollbacks = [e for e in events if e["kind"] == "rollback"]
+    assert [(e["step"], e["to_step"]) for e in rollbacks] == [(30, 30), (57, 50)]
+    skipped = [e["batches"] for e in events if e["kind"] == "skip_batches"]
+    assert skipped == [[29, 30, 31, 32], [59, 60, 61, 62]]
+    assert {29, 30, 31, 32, 59, 60, 61, 62} <= run.trainer.skip_batches
+    guards = [e for e in events if e["kind"] == "guard"]
+    assert [(e["trigger"], e["action"], e["batch"]) for e in guards] == [
+        ("nonfinite", "rollback", 30), ("nonfinite", "rollback", 60)]
+    assert "lr_cut" not in kinds(events)  # a data fault: skipping the data is enough
+    assert len(guard.evidence) == 2
+    losses = kept_losses(run.record)
+    assert len(losses) == n and np.isfinite(losses).all()
+    assert all(torch.isfinite(p).all() for p in run.trainer.model.parameters())
+    # claim V2: the loss at the same steps as the clean run's (mean of the last 10)
+    ratio = final_loss(losses) / final_loss(clean.record.losses())
+    assert abs(ratio - 1) < 0.10, ratio
+    plt.close(plot_loss(run.record))  # the plots read the rollback events
+
+
+def test_recover_gives_up_loudly_after_max_rollbacks():
+    guard = Guard("recover", max_rollbacks=1)
+    run = faults.run_fault("high_lr", steps=40, record_every=0, checkpoint_every=10,
+                           callbacks=guard.callbacks())  # SGD at LR 3: NaN at step 30
+    assert run.trainer.stop_requested
+    assert "gave up" in run.trainer.stop_reason and "max_rollbacks=1" in run.trainer.stop_reason
+    assert kinds(run.record.events)[-5:] == ["guard", "give_up", "snapshot", "skip", "stop"]
+    assert guard.rollbacks == 1 and guard.counts["stop"] == 1
+
+
+def test_a_repeat_goes_back_further_and_cuts_the_lr():
+    guard = Guard("recover")
+    run = faults.run_fault("high_lr", steps=40, record_every=0, checkpoint_every=10,
+                           callbacks=guard.callbacks())
+    first, second = [e for e in run.record.events if e["kind"] == "rollback"]
+    assert first["step"] == second["step"] == 28  # the NaN came back at the same step
+    assert (first["to_step"], first["repeat"]) == (20, False)  # data skipped, LR kept
+    assert (second["to_step"], second["repeat"]) == (10, True)  # further back, LR / 10
+    cut = next(e for e in run.record.events if e["kind"] == "lr_cut")
+    assert cut["step"] == 28 and cut["lr_scale"] == pytest.approx(0.1)
+    assert run.trainer.stop_reason == "" and np.isfinite(kept_losses(run.record)).all()
+
+
+def test_recover_needs_checkpoints():
+    trainer = Trainer(TrainConfig(steps=5, progress=False, checkpoint_every=0))
+    with pytest.raises(NanlabError, match="checkpoint_every=0"):
+        Guard("recover").attach(trainer)
+    with pytest.raises(NanlabError, match="checkpoint_every"):
+        Guard("skip", spike="recover").attach(trainer)
+
+
+# -- the spike detector ---------------------------------------------------------------
+def test_spike_detector_fires_on_the_lr_jump_spike():
+    guard = Guard("stop", spike="skip")
+    run = faults.run_fault("lr_jump", steps=140, record_every=0, checkpoint_every=0,
+                           callbacks=guard.callbacks())
+    spikes = [e for e in run.record.events if e["kind"] == "guard"]
+    assert spikes and spikes[0]["step"] == 101  # update 100 ran at 10x the LR
+    assert spikes[0]["trigger"] == "spike" and spikes[0]["z"] > 6
+    assert guard.counts["skip"] == len(spikes) <= 2  # the window takes the new level in
+    assert any(e["kind"] == "skip" and e["step"] == 101 for e in run.record.events)
+
+
+def test_spike_detector_stays_quiet_on_the_clean_baseline():
+    guard = Guard("stop", spike="recover")
+    run = faults.run_fault(None, steps=200, record_every=0, checkpoint_every=50,
+                           callbacks=guard.callbacks())
+    assert guard.events == [] and run.record.events == []
+    assert guard.loss_detector.seen == 200
+
+
+def test_spike_detector_running_sums_match_numpy():
+    rng = np.random.default_rng(0)
+    values = np.cumsum(rng.normal(0, 1, 500)) + 1000.0  # drifting, large offset
+    d = SpikeDetector(window=16, warmup=16)
+    for x in values:
+        d.add(float(x))
+    mean, std = d.mean_std()
+    assert mean == pytest.approx(values[-16:].mean(), rel=1e-12)
+    assert std == pytest.approx(values[-16:].std(), rel=1e-6)
+    assert d.is_spike(mean + 7 * std) is False  # z > 6 but not 1.5x the mean (rtol=0.5)
+    assert d.is_spike(2 * mean) is True
+    assert SpikeDetector(window=4, warmup=4, rtol=0).is_spike(100.0) is False  # warming up
+
+
+# -- transient or persistent ------------------------------------------------------------
+def test_rerun_finds_a_data_fault_persistent():
+    guard = Guard("skip", rerun=True)
+    run = faults.run_fault("nan_input", at_step=12, callbacks=guard.callbacks(), **quick())
+    rerun = next(e for e in run.record.events if e["kind"] == "rerun")
+    assert rerun["verdict"] == "persistent" and rerun["identical"]
+    assert guard.counts["skip"] == 1 and guard.counts["transient"] == 0
+
+
+def flip_bit_once(at_call: int):
+    """A one-off hardware fault: one exponent bit of one activation flips, once."""
+    calls = {"n": 0}
+
+    def hook(module, inputs, output):
+        calls["n"] += 1
+        if calls["n"] == at_call:
+            output.view(torch.int32).view(-1)[0] ^= 1 << 30
+        return output
+    return hook
+
+
+def test_rerun_finds_a_bit_flip_transient_and_loses_nothing():
+    config = TrainConfig(steps=14, progress=False, record_every=0, checkpoint_every=5)
+    clean = Trainer(config)
+    clean.run()
+    trainer = Trainer(config)
+    trainer.model.blocks[0].mlp.c_fc.register_forward_hook(flip_bit_once(11))  # step 10
+    guard = Guard("recover", rerun=True).attach(trainer)
+    trainer.run()
+    assert not trainer.record.steps[10]["finite"]
+    (rerun,) = [e for e in trainer.record.events if e["kind"] == "rerun"]
+    assert rerun["step"] == 10 and rerun["verdict"] == "transient"
+    assert guard.counts["transient"] == 1 and guard.rollbacks == 0
+    # the update used the rerun's gradients: the run is exactly the clean one
+    for p, q in zip(clean.model.parameters(), trainer.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+# -- cheap while healthy ----------------------------------------------------------------
+def test_the_guard_adds_no_hooks():
+    trainer = Trainer(TrainConfig(steps=3, progress=False, record_every=0))
+    Guard("recover", spike="recover", watch_grad_norm=True).attach(trainer)
+    trainer.run()
+    assert all(not m._forward_hooks and not m._backward_hooks and not m._forward_pre_hooks
+               for m in trainer.model.modules())
+    assert trainer.record.manifest["guard"]["mode"] == "recover"
+
+
+# -- bad arguments ----------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, words", [
+    ({"mode": "panic"}, ["mode='panic'", "'stop'", "'skip'", "'recover'"]),
+    ({"spike": "maybe"}, ["spike='maybe'", "None"]),
+    ({"lr_factor": 0}, ["lr_factor=0", "> 0"]),
+    ({"lr_factor": 2.0}, ["lr_factor=2.0", "from 0.0 to 1.0"]),
+    ({"window": -3}, ["window=-3", ">= 2"]),
+    ({"warmup": 1.5}, ["warmup=1.5", "integer"]),
+    ({"max_rollbacks": -1}, ["max_rollbacks=-1", ">= 0"]),
+    ({"skip_after": -2}, ["skip_after=-2", ">= 0"]),
+    ({"lr_cut": "never"}, ["lr_cut='never'", "'repeat'", "'always'"]),
+])
+def test_bad_arguments_name_the_field_the_value_and_what_is_allowed(kwargs, words):
+    mode = kwargs.pop("mode", "stop")
+    with pytest.raises(NanlabError) as err:
+        Guard(mode, **kwargs)
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_misuse_in_a_plain_loop_is_explained():
+    net = torch.nn.Linear(2, 1)
+    with pytest.raises(NanlabError, match="watch"):
+        Guard("recover").keep(0)
+    guard = Guard("recover").watch(net, torch.optim.SGD(net.parameters(), lr=0.1))
+    with pytest.raises(NanlabError, match="action='rollback'"):
+        guard.rollback()
+    trainer = Trainer(TrainConfig(steps=2, progress=False))
+    guard = Guard("skip").attach(trainer)
+    with pytest.raises(NanlabError, match="already attached"):
+        guard.attach(Trainer(TrainConfig(steps=2, progress=False)))
+
+
+# -- a plain loop -----------------------------------------------------------------------
+def regression_batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(i)
+    x = torch.randn(16, 4, generator=g)
+    return x, x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+
+
+def plain_loop(guard: Guard, bad: set[int], steps: int = 40) -> tuple[torch.nn.Module, list]:
+    """A hand-written training loop, as a user would write it, with the guard's few lines."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
+    guard.watch(model, optimizer)
+    decisions, step, pos = [], 0, 0
+    while step < steps:
+        if step % 5 == 0:
+            guard.keep(step, pos)
+        pos = guard.next_position(pos)
+        x, y = regression_batch(pos)
+        if pos in bad:
+            x[0, 0] = float("nan")  # a dirty record
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)
+        decision = guard.check(step, loss.item(), norm.item(), batch_index=pos, batch=(x, y))
+        decisions.append(decision)
+        if decision.action == "rollback":
+            step, pos = guard.rollback()
+            continue
+        if decision.action == "stop":
+            break
+        if decision.ok:
+            optimizer.step()
+        step, pos = step + 1, pos + 1
+    return model, decisions
+
+
+def test_the_guard_works_in_a_plain_loop():
+    guard = Guard("recover")
+    model, decisions = plain_loop(guard, bad={12, 27})
+    assert [(d.action, d.step, d.to_step) for d in decisions if not d.ok] == [
+        ("rollback", 12, 10), ("rollback", 23, 20)]  # batches 11-14 skipped: 27 at step 23
+    assert {11, 12, 13, 14, 26, 27, 28, 29} <= guard.skip_batches
+    assert kinds(guard.events) == ["guard", "snapshot", "rollback", "skip_batches"] * 2
+    assert guard.events[2]["to_step"] == 10
+    assert torch.isnan(guard.evidence[0]["batch"][0]).any()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    x, y = regression_batch(1000)
+    assert torch.nn.functional.mse_loss(model(x), y).item() < 1.0  # it still learned
+
+    guard = Guard("skip")
+    model, decisions = plain_loop(guard, bad={12, 27})
+    assert [(d.action, d.step) for d in decisions if not d.ok] == [("skip", 12), ("skip", 27)]
+    assert kinds(guard.events) == ["guard", "skip"] * 2
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_plain_converts_batches_for_weights_only_loading():
+    from nanlab.data import CountingTask
+
+    batch = plain(CountingTask()(0))
+    assert batch["type"] == "Batch" and batch["tokens"].shape == (32, 32)

@@ -5,9 +5,11 @@ Prints numbers and asserts nothing:
 (a) median step time of the toy run (``TrainConfig(steps=300, record_every=0)``) in one
     process: the bare Trainer, the Trainer with the guard attached in each mode (no
     fault: the guard only watches), and the bare Trainer under
-    ``torch.autograd.detect_anomaly(check_nan=True)``. The kinds run interleaved, round
-    after round, so that machine noise hits them alike; a first round warms caches and
-    is dropped. Ratios are to the bare Trainer (target for the guard: <= 1.03).
+    ``torch.autograd.detect_anomaly(check_nan=True)``. All kinds advance in lockstep,
+    one step each in a random order, so that a busy neighbour on a shared machine
+    slows them alike (run after run, the medians swung 12 -> 20 ms for every kind); the
+    ratio to the bare Trainer is the median of per-step ratios (target for the guard:
+    <= 1.03). A first round warms caches and is dropped.
 (b) the guard's own work per step, timed apart: ``Guard.check`` called on host floats
     (what the Trainer hands it), in microseconds. That is all the guard adds to a step
     (no hooks, no host sync of its own), so (b) / step time is its cost, free of noise.
@@ -41,24 +43,36 @@ GUARDS: dict[str, Callable[[], Guard] | None] = {
 ANOMALY = "detect_anomaly"
 
 
-def step_times(steps: int, make_guard: Callable[[], Guard] | None, anomaly: bool = False
-               ) -> np.ndarray:
-    """Seconds per step of one run, from one on_step_end timestamp to the next."""
-    trainer = Trainer(TrainConfig(steps=steps, progress=False, record_every=0,
-                                  checkpoint_every=50))
-    if make_guard is not None:
-        make_guard().attach(trainer)
-    stamps: list[float] = []
-    trainer.add_callback("on_run_start", lambda tr, info: stamps.append(time.perf_counter()))
-    trainer.add_callback("on_step_end", lambda tr, info: stamps.append(time.perf_counter()))
-    if anomaly:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "Anomaly Detection has been enabled..."
-            with torch.autograd.detect_anomaly(check_nan=True):
-                trainer.run()
-    else:
-        trainer.run()
-    return np.diff(stamps)
+def lockstep_times(steps: int) -> dict[str, np.ndarray]:
+    """Seconds per step of every kind, the runs advanced in lockstep: step i of each kind
+    runs within milliseconds of the others' step i (in a random order), so a busy
+    neighbour on the machine slows them all alike, and per-step ratios cancel it."""
+    trainers = {}
+    for name, make in {**GUARDS, ANOMALY: None}.items():
+        trainer = Trainer(TrainConfig(steps=steps, progress=False, record_every=0,
+                                      checkpoint_every=50))
+        if make is not None:
+            make().attach(trainer)
+        trainers[name] = trainer
+    names = list(trainers)
+    times = {name: np.zeros(steps) for name in names}
+    order = np.random.default_rng(0)
+    for i in range(steps):
+        # A fresh random order each step: a rotation would always put the same kind
+        # right after detect_anomaly, whose garbage (a traceback per op) that kind's
+        # step then collects: 5 % slower for no fault of its own.
+        for name in order.permutation(names):
+            trainer = trainers[name]
+            if i % trainer.config.checkpoint_every == 0:
+                trainer.save_checkpoint()  # as Trainer.run does; not timed
+            start = time.perf_counter()
+            if name == ANOMALY:
+                with torch.autograd.detect_anomaly(check_nan=True):
+                    trainer.train_step()
+            else:
+                trainer.train_step()
+            times[name][i] = time.perf_counter() - start
+    return times
 
 
 def check_cost_us(calls: int = 100_000) -> dict[str, float]:
@@ -94,22 +108,27 @@ def main() -> None:
           f"{torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs, "
           f"load average {load:.2f}")
 
-    kinds = {**{name: (make, False) for name, make in GUARDS.items()}, ANOMALY: (None, True)}
+    kinds = [*GUARDS, ANOMALY]
     times: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
-    for round_ in range(args.rounds + 1):
-        for name, (make, anomaly) in kinds.items():
-            t = step_times(args.steps, make, anomaly)
-            if round_ > 0:
-                times[name].append(t)
-    median_ms = {k: 1e3 * float(np.median(np.concatenate(v))) for k, v in times.items()}
-    per_round = {k: [1e3 * float(np.median(t)) for t in v] for k, v in times.items()}
-    ratio = {k: median_ms[k] / median_ms["bare"] for k in kinds}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Anomaly Detection has been enabled..."
+        for round_ in range(args.rounds + 1):
+            t = lockstep_times(args.steps)
+            if round_ > 0:  # the first round warms caches and is dropped
+                for k in kinds:
+                    times[k].append(t[k])
+    steps_ms = {k: 1e3 * np.concatenate(v) for k, v in times.items()}
+    median_ms = {k: float(np.median(v)) for k, v in steps_ms.items()}
+    # the median over steps of (kind's step i) / (bare step i): load cancels out
+    ratio = {k: float(np.median(steps_ms[k] / steps_ms["bare"])) for k in kinds}
+    per_round = {k: [float(np.median(t / b)) for t, b in zip(v, times["bare"], strict=True)]
+                 for k, v in times.items()}
     cost = check_cost_us()
 
-    print(f"\n(a) median step time, {args.rounds} interleaved rounds x {args.steps} steps")
-    print(f"  {'':20}{'median ms':>10}{'x bare':>8}   per-round medians (ms)")
+    print(f"\n(a) step time, {args.rounds} rounds x {args.steps} steps, kinds in lockstep")
+    print(f"  {'':20}{'median ms':>10}{'x bare':>8}   per-round ratio to bare")
     for name in kinds:
-        rounds = ", ".join(f"{m:.2f}" for m in per_round[name])
+        rounds = ", ".join(f"{m:.3f}" for m in per_round[name])
         print(f"  {name:20}{median_ms[name]:10.2f}{ratio[name]:8.3f}   {rounds}")
     print("\n(b) the guard's own work per step")
     for name, us in cost.items():
@@ -130,7 +149,7 @@ def main() -> None:
         "detect_anomaly_ratio": round(ratio[ANOMALY], 3),
         "check_us": {k: round(v, 3) for k, v in cost.items()},
         "check_pct_of_step": round(100 * max(cost.values()) / (1e3 * median_ms["bare"]), 4),
-        "median_of": "all steps of all rounds; per-round spread printed above",
+        "ratio_is": "median over steps of (kind step i) / (bare step i), kinds in lockstep",
     }))
 
 

@@ -114,10 +114,38 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--json", action="store_true")
     matrix.set_defaults(func=cmd_matrix)
 
+    diag = sub.add_parser("diagnose", help="run the SOP on a saved run and name the cause")
+    diag.add_argument("run_dir")
+    diag.add_argument("--json", action="store_true")
+    diag.set_defaults(func=cmd_diagnose)
+
+    loc = sub.add_parser("locate", help="replay a saved run's first bad step, name the op")
+    loc.add_argument("run_dir")
+    loc.add_argument("--step", type=_positive_int, default=None)
+    loc.add_argument("--json", action="store_true")
+    loc.set_defaults(func=cmd_locate)
+
     from nanlab import course
 
     course.add_parser(sub)
     return parser
+
+
+def cmd_diagnose(args) -> int:
+    from nanlab.diagnose import diagnose
+
+    d = diagnose(args.run_dir)
+    print(json.dumps(_json_safe(d.to_dict())) if args.json else d.report())
+    return 0
+
+
+def cmd_locate(args) -> int:
+    from nanlab.diagnose import load_run
+    from nanlab.locate import locate
+
+    loc = locate(load_run(args.run_dir).trainer, args.step)
+    print(json.dumps(_json_safe(loc.to_dict())) if args.json else loc.report())
+    return 0
 
 
 def cmd_faults(args) -> int:

@@ -591,30 +591,47 @@ def run_fault(name: str | None, *, fixes=(), base: TrainConfig | None = None,
     fix_objs = [fixes_mod.get_fix(f) for f in fixes]
     for fix in fix_objs:
         config = fix.configure(config)
-    trainer = Trainer(config)
-    trainer.record.manifest["fault"] = {"name": name, "params": p} if fault else None
+    trainer = build_fault_trainer(name, config, p)
     trainer.record.manifest["fixes"] = list(fixes)
     trainer.record.write_manifest()
-    if fault:
-        injection = Injection(trainer.model, trainer.optimizer, trainer.batches,
-                              inputs="features", labels="targets", scheduler=trainer.scheduler)
-        fault.install(injection, p)
-        trainer.batches = lambda i: injection.corrupt(i, injection.source(i))
-        trainer.add_callback("on_step_start", lambda tr, info: injection.before_step(info.step))
     for fix in fix_objs:
         fix.install(trainer)
     if stop_when_poisoned:
         trainer.add_callback("on_step_end", _stop_if_poisoned)
     for event, fn in callbacks:
         trainer.add_callback(event, fn)
+    return execute(trainer, name, p, list(fixes))
+
+
+def build_fault_trainer(name: str | None, config: TrainConfig, params: dict) -> Trainer:
+    """A Trainer for ``config`` (the fault's conditions already in it) with the fault's
+    runtime part installed: the corrupted batches, the LR jump."""
+    trainer = Trainer(config)
+    if name is None:
+        return trainer
+    fault = get_fault(name)
+    p = fault.resolve(**params)
+    trainer.record.manifest["fault"] = {"name": name, "params": p}
+    trainer.record.write_manifest()
+    injection = Injection(trainer.model, trainer.optimizer, trainer.batches,
+                          inputs="features", labels="targets", scheduler=trainer.scheduler)
+    fault.install(injection, p)
+    trainer.batches = lambda i: injection.corrupt(i, injection.source(i))
+    trainer.add_callback("on_step_start", lambda tr, info: injection.before_step(info.step))
+    return trainer
+
+
+def execute(trainer: Trainer, name: str | None = None, params: dict | None = None,
+            fixes: list[str] | None = None) -> FaultRun:
+    """Run a trainer; a crash (what a real bad batch raises) is caught and recorded."""
     error = error_step = None
     try:
         trainer.run()
-    except (IndexError, RuntimeError) as e:  # what a real bad batch raises
+    except (IndexError, RuntimeError) as e:
         error, error_step = f"{type(e).__name__}: {e}".splitlines()[0], trainer.step
         trainer.record.log_event("error", trainer.step, error=error)
         trainer.record.flush()
-    return FaultRun(name, p, list(fixes), trainer.record, trainer, error, error_step)
+    return FaultRun(name, params or {}, fixes or [], trainer.record, trainer, error, error_step)
 
 
 def _stop_if_poisoned(trainer: Trainer, info) -> None:

@@ -41,29 +41,53 @@ class Fix:
         return self.change(config) is not None
 
 
+def _tensors(batch) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs of a batch: a tensor, a dataclass, a dict, a list or tuple."""
+    if isinstance(batch, torch.Tensor):
+        return [("batch", batch)]
+    if hasattr(batch, "__dataclass_fields__"):
+        items = [(k, getattr(batch, k)) for k in batch.__dataclass_fields__]
+    elif isinstance(batch, dict):
+        items = [(str(k), v) for k, v in batch.items()]
+    elif isinstance(batch, (list, tuple)):
+        items = [(f"[{i}]", v) for i, v in enumerate(batch)]
+    else:
+        return []
+    return [(k, v) for k, v in items if isinstance(v, torch.Tensor)]
+
+
 def batch_problems(batch, vocab_size: int | None = None) -> list[str]:
     """What is wrong with a batch, in words; [] for a clean one (SOP step 1).
+
+    Every float tensor must be finite; integer tensors are labels: no negative value
+    other than IGNORE_INDEX (-100), none >= ``vocab_size`` when it is given, and not
+    all masked (a mean over nothing is 0 / 0).
 
     >>> from nanlab.data import CountingTask
     >>> batch_problems(CountingTask()(0), vocab_size=32)
     []
     """
     problems = []
-    features, targets = getattr(batch, "features", None), getattr(batch, "targets", None)
-    if features is not None:
-        bad = (~torch.isfinite(features)).sum().item()
-        if bad:
-            nan = torch.isnan(features).sum().item()
-            problems.append(f"{bad} non-finite input value(s) ({nan} NaN, {bad - nan} inf)")
-    if targets is not None:
-        valid = targets != IGNORE_INDEX
-        if not valid.any():
-            problems.append("every target is masked: the mean loss is 0 / 0")
-        illegal = valid & ((targets < 0) | (vocab_size is not None and targets >= vocab_size)
-                           if vocab_size is not None else targets < 0)
+    for name, t in _tensors(batch):
+        if t.is_floating_point():
+            bad = int((~torch.isfinite(t)).sum())
+            if bad:
+                nan = int(torch.isnan(t).sum())
+                problems.append(f"{name}: {bad} non-finite value(s) ({nan} NaN, "
+                                f"{bad - nan} inf) of {t.numel()}")
+            continue
+        if t.dtype == torch.bool or name in ("tokens",):
+            continue
+        valid = t != IGNORE_INDEX
+        if t.numel() and not valid.any():
+            problems.append(f"{name}: every target is masked ({IGNORE_INDEX}): "
+                            "the mean loss is 0 / 0")
+        illegal = valid & (t < 0)
+        if vocab_size is not None:
+            illegal |= valid & (t >= vocab_size)
         if illegal.any():
-            values = sorted(set(targets[illegal].tolist()))[:5]
-            problems.append(f"{int(illegal.sum())} illegal label(s): {values}")
+            values = sorted(set(t[illegal].tolist()))[:5]
+            problems.append(f"{name}: {int(illegal.sum())} illegal label(s) {values}")
     return problems
 
 

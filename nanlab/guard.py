@@ -558,8 +558,8 @@ class Guard:
         rerun = (lambda: self._rerun_in_trainer(trainer, info)) if self.rerun else None
         d = self.check(info.step, info.loss_value, info.grad_norm_value, finite=info.finite,
                        batch_index=info.batch_index, batch=info.batch, rerun=rerun)
-        if d.ok:
-            return  # (after a transient fault, the gradients are the rerun's)
+        if d.ok:  # after a transient fault the gradients are the rerun's; with a
+            return  # GradScaler, scaler.step still sees the first pass's inf and skips
         info.skip, info.skip_reason = True, f"guard: {d.reason}"
         if d.action == "stop":
             trainer.stop_requested, trainer.stop_reason = True, f"guard: {d.reason}"

@@ -407,12 +407,14 @@ CELLS = [
         ### The four side by side
         The symptom all four share is the one to remember: **the loss is non-finite (or
         the step fails) from the first step of the bad batch**, with nothing unusual before.
+        Here all four are 60-step runs with the same seed, so they are identical up to
+        step 39.
         """
     ),
     code(
         """
-        runs = {"nan_input": bad, "zero_std": zero_std, "all_masked": all_masked,
-                "illegal_label": illegal}
+        runs = {"nan_input": run_fault("nan_input", steps=60),  # the same 60 steps as the rest
+                "zero_std": zero_std, "all_masked": all_masked, "illegal_label": illegal}
         print(f"{'fault':14} {'first bad step':>15}  {'non-finite steps':>16}  {'crashed':>7}  "
               "weights finite at the end")
         for name, r in runs.items():
@@ -425,7 +427,15 @@ CELLS = [
     ),
     code(
         """
-        fig = plot_compare({name: r.record for name, r in runs.items()}, steps=60)
+        fig = plot_compare({name: r.record for name, r in runs.items()})
+        """
+    ),
+    md(
+        """
+        One picture, four endings: `nan_input` and `zero_std` are NaN (crosses along the
+        top) from step 40 to the end; `all_masked` has a single NaN step, with a gradient
+        norm of exactly 0 there (the drop in the lower panel), then trains on;
+        `illegal_label` simply stops at step 39, because step 40 raised.
         """
     ),
     md(

@@ -1,0 +1,138 @@
+"""diagnose names the right root cause for every built-in fault and on foreign models."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from nanlab import faults
+from nanlab.diagnose import diagnose, load_run
+from nanlab.errors import NanlabError
+from nanlab.train import TrainConfig, Trainer
+
+EXPECTED_DETAIL = {"no_warmup": "no_warmup", "lr_jump": "lr_jump"}
+
+
+@pytest.mark.parametrize("name", sorted(faults.FAULTS))
+def test_diagnose_names_the_cause_of_every_builtin_fault(name):
+    fault = faults.get_fault(name)
+    run = faults.run_fault(name, checkpoint_every=10, stop_when_poisoned=True)
+    d = diagnose(run)
+    assert d.cause == fault.family, d.report()
+    if name in EXPECTED_DETAIL:
+        assert d.detail == EXPECTED_DETAIL[name]
+    if fault.cure:
+        assert d.fix == fault.cure, d.report()
+        assert d.fix_verified, d.report()
+    assert d.evidence and any(ch.isdigit() for ch in " ".join(d.evidence))
+    report = d.report()
+    assert "root cause" in report and fault.family in report
+    json.dumps(d.to_dict())  # data, JSON-safe
+
+
+def test_amp_off_hides_a_high_lr_but_does_not_fool_diagnose():
+    d = diagnose(faults.run_fault("high_lr", checkpoint_every=10, stop_when_poisoned=True))
+    amp = next(f for f in d.findings if f.step == "amp")
+    assert amp.verdict == "ruled out" and "only made the problem loud" in amp.text
+    assert d.cause == "learning_rate"
+
+
+def test_a_healthy_run_has_nothing_to_fix():
+    d = diagnose(faults.run_fault(None, steps=150))
+    assert d.symptom == "healthy" and d.cause is None
+
+
+def test_diagnose_and_locate_a_run_folder_from_the_cli(tmp_path):
+    out = tmp_path / "run"
+    faults.run_fault("all_masked", at_step=12, steps=30, out_dir=str(out))
+    run = load_run(out)
+    assert run.record.first_nonfinite_step == 12
+    cli = subprocess.run([sys.executable, "-m", "nanlab", "diagnose", str(out), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    result = json.loads(cli.stdout)
+    assert result["cause"] == "dirty_data" and result["fix_verified"]
+    loc = subprocess.run([sys.executable, "-m", "nanlab", "locate", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert loc.returncode == 0 and "loss" in loc.stdout
+
+
+def test_bad_arguments():
+    with pytest.raises(NanlabError, match="not a nanlab run folder"):
+        diagnose("/nonexistent/run")
+    with pytest.raises(NanlabError, match="needs build="):
+        diagnose(Trainer(TrainConfig(steps=2, progress=False)))
+    with pytest.raises(NanlabError, match="takes a FaultRun"):
+        diagnose(42)
+
+
+# -- models nanlab does not ship --------------------------------------------------------
+class EncoderLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, 32)
+        self.feat = torch.nn.Linear(1, 32)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(32, 16)
+
+    def forward(self, x, tokens):
+        return self.head(self.enc(self.emb(tokens) + self.feat(x)))
+
+
+def lm_batches(step):
+    g = torch.Generator().manual_seed(step)
+    tokens = torch.randint(0, 16, (16, 12), generator=g)
+    return {"x": tokens[..., None].float() / 16, "tokens": tokens, "y": (tokens + 3) % 16}
+
+
+def lm_loss(model, batch):
+    logits = model(batch["x"], batch["tokens"])
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["y"].flatten())
+
+
+def build_encoder_with_nan_input(config):
+    torch.manual_seed(config.seed)
+    trainer = Trainer(config, model=EncoderLM(), batches=lm_batches, loss_fn=lm_loss)
+    inj = faults.inject("nan_input", batches=lm_batches, inputs="x", at_step=30)
+    trainer.batches = inj.batches
+    return trainer
+
+
+def mlp_batches(step):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(64, 8, generator=g)
+    return x, (x[:, :2].sum(1) > 0).long()
+
+
+def mlp_loss(model, batch):
+    x, y = batch
+    return torch.nn.functional.cross_entropy(model(x), y)
+
+
+def build_mlp(config):
+    torch.manual_seed(config.seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+    return Trainer(config, model=model, batches=mlp_batches, loss_fn=mlp_loss)
+
+
+def test_diagnose_dirty_data_in_a_foreign_encoder():
+    config = TrainConfig(steps=100, lr=1e-3, progress=False, checkpoint_every=10)
+    trainer = build_encoder_with_nan_input(config)
+    trainer.run()
+    d = diagnose(trainer, build=build_encoder_with_nan_input)
+    assert d.symptom == "nonfinite" and d.symptom_step == 30
+    assert d.cause == "dirty_data" and d.fix == "validate_data" and d.fix_verified, d.report()
+
+
+def test_diagnose_a_too_high_lr_in_a_foreign_mlp():
+    config = TrainConfig(steps=120, optimizer="sgd", lr=5.0, warmup_steps=0, progress=False,
+                         checkpoint_every=10)
+    trainer = build_mlp(config)
+    trainer.run()
+    d = diagnose(trainer, build=build_mlp)
+    assert d.symptom in ("nonfinite", "diverge")
+    assert d.cause == "learning_rate", d.report()

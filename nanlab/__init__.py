@@ -9,6 +9,10 @@ Modules, one idea each:
 - ``nanlab.checkpoint`` atomic checkpoints loadable with ``torch.load(weights_only=True)``
 - ``nanlab.faults``   fault injectors that fail by their real mechanism; ``nanlab.fixes`` the cures
 - ``nanlab.matrix``   the fault x fix matrix, measured
+- ``nanlab.locate``   replay the first bad step; name the module, pass and tensor that went bad
+- ``nanlab.diagnose`` the SOP automated: data -> AMP off -> LR / 10 -> grad norms -> init / eps
+- ``nanlab.guard``    stop / skip / recover around the optimizer step; the spike detector
+- ``nanlab.distributed`` every data-parallel rank takes the same guard decision
 - ``nanlab.signals``  reading a loss curve: spikes, recovery, stalls
 - ``nanlab.plots``    loss curves, grad-norm heat maps, activations against the fp16 limit
 - ``nanlab.tensorboard`` export of a run record to TensorBoard

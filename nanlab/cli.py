@@ -66,10 +66,18 @@ def cmd_run(args) -> int:
         raise NanlabError("--set needs --fault NAME (the parameters belong to a fault)")
     config = TrainConfig(steps=args.steps, seed=args.seed, device=args.device,
                          precision=args.precision, out_dir=out, progress=not args.json)
-    run = run_fault(args.fault, base=config, **params)
+    callbacks, guard = [], None
+    if args.guard or args.spike:
+        from nanlab.guard import Guard
+
+        guard = Guard(args.guard or "skip", spike=args.spike, rerun=args.rerun)
+        callbacks = guard.callbacks()
+    run = run_fault(args.fault, base=config, callbacks=callbacks, **params)
     record = run.record
     summary = {**record.summary(), "fault": args.fault, "error": run.error,
-               "first_bad_step": run.first_bad_step}
+               "first_bad_step": run.first_bad_step,
+               "guard": guard.summary() if guard else None,
+               "stop_reason": record.manifest.get("stop_reason")}
     if args.json:
         print(json.dumps(_json_safe(summary)))
     else:
@@ -80,6 +88,10 @@ def cmd_run(args) -> int:
         print(f"first non-finite step: {bad if bad is not None else 'none'}")
         if run.error:
             print(f"crashed at step {run.error_step}: {run.error}")
+        if guard:
+            print(f"guard: {guard.summary()}")
+        if summary["stop_reason"]:
+            print(f"stopped: {summary['stop_reason']}")
         print(f"run directory: {summary['run_dir']}")
     return 0
 
@@ -98,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fault", default=None, help="inject a fault (see: nanlab faults)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="a fault parameter, e.g. --set at_step=20 (repeatable)")
+    run.add_argument("--guard", default=None, help="stop | skip | recover (nanlab.guard)")
+    run.add_argument("--spike", default=None, help="act on loss spikes too: skip | recover")
+    run.add_argument("--rerun", action="store_true",
+                     help="re-run a failed step once: transient or persistent?")
     run.set_defaults(func=cmd_run)
 
     faults = sub.add_parser("faults", help="list the built-in faults")

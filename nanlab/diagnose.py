@@ -414,6 +414,8 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
         if kind:
             cause = kind
             fix = {"tiny_eps": "norm_eps", "bad_init": "sane_init", "myth": "modern_block"}[kind]
+            if kind == "myth" and "dead" in text:
+                fix = "sane_init"  # the dead units come from their init (the bias)
             if kind == "myth" and symptom != "stall":
                 cause = None
         findings.append(Finding("init_eps", "cause" if cause else "ruled out", text))

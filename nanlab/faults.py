@@ -491,7 +491,7 @@ register(Fault(
               "(max 65504) and becomes inf, and sin(inf) is NaN",
     needs="a sinusoidal encoding computed in the model's dtype, a pure-fp16 model, and "
           "a stream that keeps counting positions across windows",
-    reveals="amp", cure="amp_off", signature="nonfinite",
+    reveals="amp", cure="bf16", signature="nonfinite",
     params={"offset": Param(70_000, 0, 10**9)},
     conditions=lambda p: {"precision": "fp16-pure",
                           "model": {"pos_encoding": "sinusoidal", "pos_offset": p["offset"]}},

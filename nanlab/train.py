@@ -507,7 +507,7 @@ class Trainer:
                 if c.checkpoint_every and self.step % c.checkpoint_every == 0:
                     self.save_checkpoint()
                 info = self.train_step()
-                bar.update(1)
+                bar.update(self.step - bar.n)  # may go back: a rollback rewinds the step
                 if c.progress and (info.step % 10 == 0 or not info.row["finite"]):
                     bar.set_postfix(step=info.step, loss=f"{info.row['loss']:.4g}",
                                     grad_norm=f"{info.row['grad_norm']:.3g}", refresh=False)

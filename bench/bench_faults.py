@@ -36,15 +36,21 @@ def main() -> None:
         def stamp(trainer, info, seen=seen, start=start):
             if "t" not in seen and (not info.row["finite"]):
                 seen["t"] = time.perf_counter() - start
-        run = faults.run_fault(name, steps=300, stop_when_poisoned=True,
+        # A stall shows by step 60 (the clean run is at ~1.5 there, a stalled one at ~3.5).
+        steps = 60 if fault.signature == "stall" else 300
+        run = faults.run_fault(name, steps=steps, stop_when_poisoned=True,
                                callbacks=[("on_step_end", stamp)])
         total = time.perf_counter() - start
         step = first_failure(run)
         note = ""
         if fault.signature == "stall":
-            note = f"stalled: {is_stalled(run.record.losses())}"
+            note = f"stalled after {steps} steps: {is_stalled(run.record.losses())}"
+            step = steps if is_stalled(run.record.losses()) else None
         if fault.signature == "diverge":
-            note = f"final loss {run.record.losses()[-1]:.3g}"
+            losses = run.record.losses()
+            note = f"final loss {losses[-1]:.3g} (clean: ~0.02)"
+            above = [i for i, v in enumerate(losses) if i > 50 and v > 1.0]
+            step = above[0] if above else None  # still above 1.0 after step 50: diverged
         seconds = seen.get("t", total)
         rows[name] = {"signature": fault.signature, "fails_at_step": step,
                       "seconds": round(seconds, 2)}

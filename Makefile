@@ -28,7 +28,7 @@ lint: setup
 test: setup  ## ruff, the notebook sync check, unit tests and every notebook under nbval
 	$(BIN)/ruff check .
 	$(BIN)/python -m nanlab course check
-	NANLAB_PROGRESS=$$(mktemp -d)/progress.json \
+	NANLAB_PROGRESS=$$(mktemp -d)/progress.json OMP_NUM_THREADS=1 \
 		$(BIN)/python -m pytest $(PYTEST_ARGS) tests solutions labs --nbval-lax
 
 bench: setup  ## benchmarks: print numbers, assert nothing

@@ -232,13 +232,12 @@ def execute(path: str | Path, timeout: int = 600, kernel_name: str = "python3") 
         record_timing=False,
         store_widget_state=False,
     )
-    scratch = Path(tempfile.gettempdir()) / "nanlab-execute" / "progress.json"
-    scratch.unlink(missing_ok=True)
-    with _env("NANLAB_PROGRESS", str(scratch)):
-        try:
-            client.execute()
-        except CellExecutionError as err:
-            raise CourseError(f"{path}: a cell raised while executing:\n{err}") from err
+    with tempfile.TemporaryDirectory(prefix="nanlab-execute-") as scratch:
+        with _env("NANLAB_PROGRESS", str(Path(scratch) / "progress.json")):
+            try:
+                client.execute()
+            except CellExecutionError as err:
+                raise CourseError(f"{path}: a cell raised while executing:\n{err}") from err
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         if cell.cell_type == "code":

@@ -4,8 +4,9 @@ Why this module exists: "your loss suddenly became NaN, what do you do?" is a st
 LLM-training interview question. Knowing the fix is half of it; the other half is saying
 it in order, with numbers, at the depth the interviewer's level expects.
 
-Everything here is plain Python with no widgets, so it is unit-tested without a
-browser; notebook widgets are thin shells over it.
+Everything here is plain Python, unit-tested without a browser; the two notebook
+widgets at the end (``MockInterviewWidget``, ``free_text``) are thin shells over it and
+import ``ipywidgets`` only when made.
 
 - The bank is data: ``nanlab/questions.json``, one file an instructor can extend.
   ``load_bank(path)`` validates every entry and reports each problem by id and field.
@@ -14,6 +15,9 @@ browser; notebook widgets are thin shells over it.
 - ``MockInterview``: seeded question choice, rubric feedback (``nanlab.rubric``), a
   follow-up aimed at what the answer missed, and a summary.
 - ``cheat_sheet()``: the one-page SOP for the night before.
+- ``star_story(run, diagnosis)``: a STAR story (Situation, Task, Action, Result) of the
+  learner's own incident, written from the run's real numbers (``incident_facts``), for
+  every fault family; ``StarStory.markdown()`` / ``save(path)`` export it.
 
 Quick start::
 
@@ -26,7 +30,9 @@ Quick start::
 
 from __future__ import annotations
 
+import html
 import json
+import math
 import random
 import re
 from collections.abc import Iterable, Sequence
@@ -35,6 +41,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.rubric import KeyPoint, RubricResult, score_answer
@@ -920,6 +928,128 @@ def _interleave(questions: list[Question], rng: random.Random) -> list[Question]
     return out
 
 
+# ------------------------------------------------------------------- widgets (thin shells)
+
+
+def _md_html(text: str) -> str:
+    """Just enough Markdown for prompts and feedback: bold, italics, code, lists, breaks.
+
+    >>> _md_html("**Score: 50%**\\n- a `x`")
+    '<b>Score: 50%</b><br>&bull; a <code>x</code>'
+    """
+    out = html.escape(text or "", quote=False)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    out = re.sub(r"(?<![*\w])\*(?!\s)(.+?)(?<!\s)\*(?![*\w])", r"<i>\1</i>", out)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"(?m)^- ", "&bull; ", out)
+    return out.replace("\n", "<br>")
+
+
+class MockInterviewWidget:
+    """A mock interview in a notebook: a thin ipywidgets shell over :class:`MockInterview`.
+
+    The question, a text box for the answer, an Answer button, the rubric feedback (with
+    the model answer folded under it), the next question (a follow-up aimed at what the
+    answer missed, or the next main question) and, after the last one, the summary.
+    Every decision is ``MockInterview``'s; the widget only shows it. The areas are
+    ``HTML`` widgets, so a test can type, click and read without a browser::
+
+        mw = MockInterviewWidget(level="experienced", seed=1, n_questions=2)
+        mw.answer.value = "First I would stop the run ..."
+        mw.submit.click()
+        mw.feedback.value, mw.question.value, mw.summary.value
+
+    Pass an existing ``mock=MockInterview(...)`` or its keyword arguments. ``lab`` names
+    the lab in the learner's progress file.
+    """
+
+    def __init__(self, mock: MockInterview | None = None, *, lab: str | None = None,
+                 **kwargs: Any):
+        import ipywidgets as w
+
+        self.mock = mock if mock is not None else MockInterview(**kwargs)
+        self.lab = lab
+        self.last_reply: Reply | None = None
+        self.header = w.HTML("")
+        self.question = w.HTML("")
+        self.answer = w.Textarea(placeholder="Your answer, in full sentences (English or 中文)",
+                                 layout=w.Layout(width="100%", height="8em"))
+        self.submit = w.Button(description="Answer", button_style="primary")
+        self.finish = w.Button(description="Show summary")
+        self.feedback = w.HTML("")
+        self.summary = w.HTML("")
+        self.submit.on_click(self._on_submit)
+        self.finish.on_click(self._on_finish)
+        self.widget = w.VBox(
+            [self.header, self.question, self.answer, w.HBox([self.submit, self.finish]),
+             self.feedback, self.summary],
+            layout=w.Layout(border="1px solid #ccc", padding="6px", margin="6px 0"),
+        )
+        self._show_question()
+
+    @property
+    def done(self) -> bool:
+        """True once every question has been answered."""
+        return self.mock.done
+
+    def _show_question(self) -> None:
+        q = self.mock.current
+        n = len(self.mock.turns) + 1
+        if q is None:
+            self.header.value = "<b>Mock interview finished.</b>"
+            self.question.value = ""
+            self.submit.disabled = True
+            self.answer.disabled = True
+            return
+        kind = "follow-up" if self.mock._depth > 0 else "question"
+        self.header.value = f"<b>Mock interview ({LEVEL_LABELS[self.mock.level]}), {kind} {n}</b>"
+        self.question.value = _md_html(q.prompt())
+
+    def _on_submit(self, _button: Any = None) -> None:
+        if self.mock.done:
+            return
+        asked = self.mock.current
+        text = self.answer.value
+        reply = self.mock.answer(text)
+        self.last_reply = reply
+        lines = [f"**Score: {reply.result.score:.0%}**", "", reply.result.feedback]
+        if reply.is_follow_up and reply.next_question is not None:
+            missed = ", ".join(reply.result.missing)
+            lines += ["", f"**Follow-up next**, on what was missing: {missed}."]
+        feedback = _md_html("\n".join(lines))
+        model = _md_html(asked.model_answer())
+        self.feedback.value = (f"<div>{feedback}</div><details><summary>Model answer "
+                               f"</summary>{model}</details>")
+        from nanlab import progress
+
+        progress.record(self.lab, f"mock:{asked.id}", correct=reply.result.score >= GOOD_SCORE,
+                        answered=bool(text.strip()), kind="interview")
+        self.answer.value = ""
+        self._show_question()
+        if self.mock.done:
+            self._on_finish()
+
+    def _on_finish(self, _button: Any = None) -> None:
+        self.summary.value = _md_html(self.mock.summary().markdown())
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict | None:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def free_text(question: Question | str, *, lab: str | None = None, pass_score: float = 0.6):
+    """A bank question as a ``nanlab.widgets.FreeText`` practice widget (rubric = key points).
+
+    >>> free_text("nan-vs-oom").question.qid  # doctest: +SKIP
+    'nan-vs-oom'
+    """
+    from nanlab.widgets import FreeText
+
+    q = get_question(question) if isinstance(question, str) else question
+    hints = [f"{p.name}: {p.hint}" if p.hint else p.name for p in q.key_points]
+    return FreeText(q.id, f"{q.question} ({q.question_zh})", list(q.key_points),
+                    pass_score=pass_score, model_answer=q.answer, hints=hints, lab=lab)
+
+
 # ----------------------------------------------------------------------------- cheat sheet
 
 
@@ -993,8 +1123,962 @@ order with evidence -> fix + prove it with numbers -> prevention and monitoring.
 """
 
 
-# ------------------------------------------------------------------- STAR story (planned)
-# The STAR story of an incident is to be generated from the learner's own run record
-# (nanlab.record), with their numbers: model and scale, first bad step, the evidence each
-# SOP step produced, the fix and the confirmation run. It will live here as
-# ``star_story(run) -> str`` and fill ``FRAMEWORKS["experienced"].template``. Not built yet.
+# ------------------------------------------------------------------------------ STAR story
+# A STAR story (Situation, Task, Action, Result) of the learner's own incident, written
+# from a real run with its real numbers (claim I4). The facts are gathered first, as a
+# plain dict (``incident_facts``), then put into sentences whose wording depends on the
+# root cause found (``_CAUSE_WORDS``), so the story reads naturally for every fault family.
+
+RECOVERY_TOLERANCE = 0.10
+RECOVERY_SLACK = 0.05
+"""A fixed run is "back on the clean curve" from the step on which its loss stays within
+``RECOVERY_TOLERANCE`` (a fraction) plus ``RECOVERY_SLACK`` (absolute) of the clean run's
+loss at the same step, to the end of the run."""
+
+JUMP_WINDOW = 20
+"""Steps before the failure in which ``grad_norm_jump`` looks for a jump."""
+
+_SOP_SHORT = {
+    "data": "data (数据检查)",
+    "amp": "AMP off (关闭混合精度)",
+    "lr": "LR / 10 (降低学习率)",
+    "grad_norms": "grad norms (梯度范数)",
+    "init_eps": "init / eps (初始化 / eps)",
+}
+_VERDICT_WORDS = {"cause": "the cause", "ruled out": "ruled out", "skipped": "not needed"}
+
+
+@dataclass(frozen=True)
+class _Words:
+    """How a story talks about one root cause."""
+
+    name: str  # the root cause, as a noun phrase
+    mechanism: str  # how it made the failure, one sentence
+    why_fix: str  # why the fix is the cure and not a workaround
+    prevention: str  # what keeps it from coming back
+    on_error: str = ""  # the mechanism when the run crashed instead (if it can)
+
+
+_CAUSE_WORDS: dict[str, _Words] = {
+    "dirty_data": _Words(
+        "dirty data (脏数据) in one batch",
+        "one bad batch (a non-finite input, an illegal label, a fully masked target or a "
+        "zero std) poisons the loss at the step it arrives, and a single optimizer step then "
+        "writes NaN into the weights, so every later step is NaN too",
+        "it removes the cause at the source: the bad batch is caught before the model sees "
+        "it, so the learning rate and the precision stay as they were",
+        "data assertions (数据校验) right after the loader: torch.isfinite on float inputs, "
+        "labels in range, at least one unmasked target, std.clamp_min(eps) when "
+        "normalising; a bad batch is logged and skipped, not trained on",
+        "one bad batch carried a label outside the class range; PyTorch's cross-entropy "
+        "checks the range and raises (a device-side assert on CUDA), so this kind of dirty "
+        "data is loud, not a silent NaN",
+    ),
+    "learning_rate": _Words(
+        "a learning rate too high for this model (学习率过大)",
+        "the oversized updates grow the weights until activations or attention scores "
+        "overflow; in fp16 that shows up as inf and then NaN, in fp32 as a loss that climbs "
+        "instead of falling",
+        "the data and the precision were ruled out first, and a tenth of the LR trains "
+        "cleanly on the same seed: the step size is the cause, not a side effect",
+        "warmup (学习率预热) plus cosine decay, a short LR range test before a long run, "
+        "gradient clipping (梯度裁剪) at max_norm 1.0 as a safety net, and a spike detector "
+        "on the loss and the grad norm",
+    ),
+    "no_warmup": _Words(
+        "a high learning rate with no warmup (缺少学习率预热)",
+        "the first Adam steps were full size while the second-moment estimate was still "
+        "noise, which threw the fresh weights far off",
+        "warmup keeps the peak LR and only ramps up to it, so the noisy first steps stay "
+        "small; lowering the LR for the whole run would have cost speed for nothing",
+        "warmup (学习率预热) plus cosine decay as the default schedule, gradient clipping "
+        "(梯度裁剪) at 1.0, and a spike detector on the first hundred steps",
+    ),
+    "lr_jump": _Words(
+        "a learning-rate schedule glitch (学习率调度错误)",
+        "the recorded LR jumped for a few steps; the burst of oversized updates knocked the "
+        "model off its solution",
+        "fixing the schedule removes the burst at its source; the model, the data and the "
+        "precision need no change",
+        "log and plot the LR every step, unit-test the scheduler (warmup, decay, resume), "
+        "and alert on an LR change larger than the schedule allows",
+    ),
+    "fp16_overflow": _Words(
+        "FP16 overflow under mixed precision (混合精度 / FP16 溢出)",
+        "a value passed fp16's maximum of 65504 and became inf, and inf - inf or inf / inf "
+        "then gave NaN; in fp32 and bf16 (max about 3.4e38) the same values fit",
+        "bf16 has fp32's exponent range, so the value that overflowed now fits, and it needs "
+        "no loss scaling",
+        "bf16 where the hardware has it; otherwise torch.amp.GradScaler (损失缩放), "
+        "numerically stable ops (log_softmax, a max-subtracted softmax) and fp32 for the ops "
+        "that overflow; plot activation abs-max against 65504",
+    ),
+    "softmax_overflow": _Words(
+        "a naive softmax overflowing in FP16 (softmax 溢出)",
+        "exp(x) of a score above about 11.1 overflows fp16 to inf, and inf / inf is NaN",
+        "the stable softmax subtracts the row max before exp, so every exp is at most 1: the "
+        "same function, computed so it cannot overflow, and fp16 keeps its speed",
+        "F.softmax or scaled_dot_product_attention instead of a hand-written softmax, "
+        "QK-LayerNorm or z-loss for large models, and a dashboard of the largest attention "
+        "logit",
+    ),
+    "position_overflow": _Words(
+        "position ids overflowing FP16 in the sinusoidal encoding (位置编码溢出)",
+        "an absolute position past 65504 does not fit in fp16: it became inf, and sin(inf) "
+        "is NaN",
+        "in bf16 (or fp32) the position fits and the encoding is finite again",
+        "compute positional encodings in fp32, reset positions per window, and assert the "
+        "largest position id against the dtype's range",
+    ),
+    "adam_eps_fp16": _Words(
+        "Adam's eps underflowing to 0 in pure FP16 (eps 下溢)",
+        "eps = 1e-8 is below fp16's smallest subnormal (about 6e-8) and rounds to 0, so the "
+        "update m / (sqrt(v) + eps) divided by zero and wrote inf or NaN into the weights",
+        "fp16 autocast with a GradScaler keeps fp32 master weights and optimizer state, "
+        "where 1e-8 is representable",
+        "keep optimizer state and master weights in fp32 (autocast, not model.half()), and "
+        "choose eps in the dtype of the optimizer state",
+    ),
+    "bad_init": _Words(
+        "a bad initialisation (初始化不当)",
+        "weights far too large for their fan-in, in a stack without LayerNorm, multiplied "
+        "the activations layer after layer until they overflowed",
+        "a scaled init (normal(0, 0.02), the GPT-2 recipe) with pre-LN residual blocks keeps "
+        "every layer's output near unit scale; a lower LR cannot help a forward pass that "
+        "overflows before the first update",
+        "a standard init (normal 0.02, Xavier or He), pre-LN blocks, and a check of the "
+        "activation std per layer at step 0, before the run is launched",
+    ),
+    "deep_explosion": _Words(
+        "gradient explosion in a deep stack without LayerNorm (梯度爆炸)",
+        "without norms every block adds to a residual stream that grows with each update, "
+        "and the gradients grew by orders of magnitude until the loss blew up",
+        "pre-LN blocks rescale the stream at every layer, so the gradients stay bounded; "
+        "clipping alone would only hide the growth",
+        "pre-LN blocks, gradient clipping (梯度裁剪) at 1.0 as a safety net, and per-layer "
+        "grad-norm dashboards on a log scale with an alert on a jump of an order of "
+        "magnitude",
+    ),
+    "tiny_eps": _Words(
+        "a LayerNorm eps of (almost) zero (eps 过小)",
+        "a row with zero variance (a padding token's all-zero embedding) made "
+        "(x - mean) / sqrt(var + eps) = 0 / 0 = NaN, and attention spread it to the real "
+        "positions",
+        "eps = 1e-5 keeps the denominator above zero, so a constant row normalises to 0 "
+        "instead of NaN, and nothing else about the model changes",
+        "keep norm eps at 1e-5 (representable in the compute dtype), review config diffs "
+        "for eps changes, and test that padded batches give a finite loss",
+    ),
+    "myth": _Words(
+        "vanishing gradients (梯度消失), a stall rather than a NaN",
+        "dead ReLUs or a deep sigmoid chain pass almost no gradient back, so the early "
+        "layers stop learning; nothing overflows, so the loss stalls instead of turning NaN",
+        "a sane init and modern blocks (GELU, residuals, LayerNorm) give the gradient a path "
+        "back to every layer",
+        "per-layer grad norms and the fraction of dead units on the dashboard, not only the "
+        "loss; residual pre-LN blocks and a standard init",
+    ),
+    "unknown": _Words(
+        "an instability the SOP could not pin on one cause (根因未定)",
+        "none of the controlled replays singled out one cause",
+        "it has not been proven",
+        "a guard around the optimizer step and more per-layer logging, to catch it next time",
+    ),
+}
+
+_ALWAYS_PREVENT = (
+    "for every cause: an isfinite check on the loss and the grad norm every step, a guard "
+    "around the optimizer step (stop / skip / roll back to the last checkpoint, bounded "
+    "retries), a running z-score spike detector, and checkpoints every k steps"
+)
+
+
+def _words_for(diagnosis: Any, family: str | None) -> tuple[str, _Words]:
+    """The wording key and words for the cause found (detail first, then the family)."""
+    for key in (getattr(diagnosis, "detail", None), getattr(diagnosis, "cause", None), family):
+        if key in _CAUSE_WORDS:
+            return key, _CAUSE_WORDS[key]
+    return "unknown", _CAUSE_WORDS["unknown"]
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _num(x: Any, digits: int = 3) -> str:
+    """A loss or norm for prose: 3 significant digits; 'NaN' and 'inf' spelled out."""
+    if x is None:
+        return "n/a"
+    if isinstance(x, float) and math.isnan(x):
+        return "NaN"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}g}"
+
+
+def grad_norm_jump(record: Any, step: int | None = None, window: int = JUMP_WINDOW) -> dict | None:
+    """How the global grad norm moved in the ``window`` steps before ``step``.
+
+    Among the finite grad norms of steps ``step - window`` .. ``step - 1``: the smallest
+    (``low`` at ``low_step``), the largest at or after it (``high`` at ``high_step``) and
+    ``decades = log10(high / low)``, the orders of magnitude it grew. ``at_step`` is the
+    grad norm at ``step`` itself (often inf or NaN). ``step`` defaults to the first
+    non-finite step (or the last step). None when fewer than two finite norms precede it
+    (a run that failed on its first steps has no history).
+
+    >>> from nanlab.record import RunRecord
+    >>> rec = RunRecord()
+    >>> for s, g in enumerate([1.0, 0.5, 0.8, 50.0, float("inf")]):
+    ...     rec.log_step({"step": s, "loss": 1.0, "grad_norm": g, "finite": s < 4})
+    >>> jump = grad_norm_jump(rec)
+    >>> jump["low_step"], jump["high_step"], round(jump["decades"], 2), jump["at_step"]
+    (1, 3, 2.0, inf)
+    """
+    rows = {r["step"]: r for r in record.steps}
+    if step is None:
+        step = record.first_nonfinite_step
+        if step is None:
+            step = max(rows) if rows else 0
+    points = []
+    for s in range(max(0, step - window), step):
+        g = rows.get(s, {}).get("grad_norm")
+        if _finite(g) and g > 0:
+            points.append((s, float(g)))
+    if len(points) < 2:
+        return None
+    low_step, low = min(points, key=lambda p: p[1])
+    high_step, high = max((p for p in points if p[0] >= low_step), key=lambda p: p[1])
+    at = rows.get(step, {}).get("grad_norm")
+    return {
+        "step": step,
+        "window": window,
+        "low_step": low_step,
+        "low": low,
+        "high_step": high_step,
+        "high": high,
+        "decades": math.log10(high / low),
+        "steps": high_step - low_step,
+        "at_step": None if at is None else float(at),
+    }
+
+
+def _loss_at(record: Any, step: int | None) -> float | None:
+    if step is None:
+        return None
+    for r in record.steps:
+        if r["step"] == step:
+            return None if r.get("loss") is None else float(r["loss"])
+    return None
+
+
+def _last_finite_before(record: Any, step: int) -> tuple[int, float] | None:
+    best = None
+    for r in record.steps:
+        if r["step"] < step and _finite(r.get("loss")):
+            best = (r["step"], float(r["loss"]))
+    return best
+
+
+def _run_summary(run: Any) -> dict:
+    """What a fixed or clean run did: steps, losses, non-finite steps, spikes, skips."""
+    from nanlab.signals import find_spikes
+
+    rec = run.record
+    losses = rec.losses()
+    last = rec.steps[-1]["step"] if rec.steps else None
+    nonfinite = [r["step"] for r in rec.steps if not r.get("finite", True)]
+    bad_batches = [e.get("batch") for e in rec.events if e.get("kind") == "bad_batch"]
+    skipped = [r["step"] for r in rec.steps if r.get("skipped")]
+    return {
+        "fixes": list(getattr(run, "fixes", []) or []),
+        "steps_run": len(rec.steps),
+        "last_step": last,
+        "start_loss": float(losses[0]) if len(losses) else None,
+        "final_loss": _loss_at(rec, last),
+        "nonfinite_steps": nonfinite,
+        "spikes": [int(s) for s in find_spikes(losses) if s >= 10],
+        "bad_batches_skipped": bad_batches,
+        "steps_skipped": skipped,
+        "error": getattr(run, "error", None),
+    }
+
+
+def _rebuild(run: Any, fixes: Sequence[str]) -> Any:
+    """The same run (fault, parameters, config, seed) again, with ``fixes``, to the end."""
+    from nanlab import faults as faults_mod
+
+    config = run.trainer.config.replace(out_dir=None, progress=False)
+    return faults_mod.run_fault(run.fault, fixes=list(fixes), base=config, **run.params)
+
+
+def _clean_run(run: Any) -> Any:
+    """The clean baseline with the run's length, seed, batch size and device."""
+    from nanlab import faults as faults_mod
+    from nanlab.train import TrainConfig
+
+    c = run.trainer.config
+    base = TrainConfig(progress=False, steps=c.steps, seed=c.seed, batch_size=c.batch_size,
+                       device=c.device)
+    return faults_mod.run_fault(None, base=base)
+
+
+def _locate_quietly(run: Any) -> Any:
+    try:
+        from nanlab.locate import locate
+
+        loc = locate(run.trainer)
+    except (NanlabError, RuntimeError, IndexError, ValueError):
+        return None
+    return loc if loc.found else None
+
+
+def incident_facts(
+    fault_run: Any,
+    diagnosis: Any = None,
+    *,
+    clean: Any = None,
+    fixed: Any = None,
+    location: Any = None,
+) -> dict:
+    """Every number a STAR story of ``fault_run`` needs, as a plain dict.
+
+    Runs what is missing: the SOP (``diagnose``), ``locate`` on the first bad step, the
+    same run with the diagnosed fix (``fixed``) and the clean baseline (``clean``), each
+    with the original run's seed and length. The keys are documented by
+    :func:`star_story`; ``facts["fixed"]`` and ``facts["clean"]`` summarise those runs.
+    """
+    from nanlab import faults as faults_mod
+    from nanlab import fixes as fixes_mod
+
+    if diagnosis is None:
+        from nanlab.diagnose import diagnose
+
+        diagnosis = diagnose(fault_run)
+    if diagnosis.symptom == "healthy":
+        raise NanlabError("this run is healthy: there is no incident to tell a story about; "
+                          "run a fault first, e.g. faults.run_fault('nan_input')")
+    trainer = fault_run.trainer
+    config = trainer.config
+    manifest = fault_run.record.manifest
+    name = getattr(fault_run, "fault", None)
+    family = faults_mod.FAULTS[name].family if name in faults_mod.FAULTS else None
+    key, _ = _words_for(diagnosis, family)
+    rec = fault_run.record
+    step = diagnosis.symptom_step
+    bad_row = next((r for r in rec.steps if r["step"] == step), None) if step is not None else None
+    before = _last_finite_before(rec, step) if step is not None else None
+    losses = rec.losses()
+    finite = losses[np.isfinite(losses)] if len(losses) else losses
+    m = config.model
+    facts: dict[str, Any] = {
+        "fault": name,
+        "fault_params": dict(getattr(fault_run, "params", {}) or {}),
+        "family": family,
+        "cause_key": key,
+        "model": {
+            "num_params": manifest.get("num_params"),
+            "n_layer": m.n_layer,
+            "n_head": m.n_head,
+            "d_model": m.n_embd,
+            "vocab_size": m.vocab_size,
+            "block_size": m.block_size,
+            "use_norms": m.use_norms,
+            "class": manifest.get("model_class"),
+        },
+        "task": "counting" if str(manifest.get("model_class", "")).endswith("nanlab.model.GPT")
+        else None,
+        "precision": config.precision,
+        "grad_scaler": bool(trainer.scaler),
+        "optimizer": config.optimizer,
+        "lr": config.lr,
+        "warmup_steps": config.warmup_steps,
+        "schedule": config.schedule,
+        "adam_eps": config.adam_eps,
+        "grad_clip": config.grad_clip,
+        "batch_size": config.batch_size,
+        "seed": config.seed,
+        "steps_planned": config.steps,
+        "device": manifest.get("device"),
+        "symptom": diagnosis.symptom,
+        "symptom_step": step,
+        "first_bad_step": fault_run.first_bad_step,
+        "steps_run": len(rec.steps),
+        "error": getattr(fault_run, "error", None),
+        "loss_at_symptom": None if bad_row is None else bad_row.get("loss"),
+        "grad_norm_at_symptom": None if bad_row is None else bad_row.get("grad_norm"),
+        "last_good_step": before[0] if before else None,
+        "last_good_loss": before[1] if before else None,
+        "start_loss": float(finite[0]) if len(finite) else None,
+        "end_loss": float(finite[-10:].mean()) if len(finite) else None,
+        "grad_jump": grad_norm_jump(rec, step) if step is not None else None,
+        "location": None,
+        "rollback_step": None,
+        "recovered_by_itself_in": None,
+        "steps_after_symptom": None if step is None else sum(r["step"] > step
+                                                             for r in rec.steps),
+        "later_spikes": [],
+        "last_loss": float(losses[-1]) if len(losses) else None,
+        "cause": diagnosis.cause,
+        "detail": diagnosis.detail,
+        "fix": diagnosis.fix,
+        "fix_summary": fixes_mod.FIXES[diagnosis.fix].summary
+        if diagnosis.fix in fixes_mod.FIXES else None,
+        "fix_verified": diagnosis.fix_verified,
+        "fix_evidence": diagnosis.fix_evidence,
+        "sop": [
+            {"step": f.step, "verdict": f.verdict, "text": f.text}
+            for f in diagnosis.findings if f.verdict != "hint"
+        ],
+        "ruled_out": [
+            {"step": f.step, "text": f.text} for f in diagnosis.findings if f.verdict == "ruled out"
+        ],
+        "fixed": None,
+        "clean": None,
+        "loss_fixed_at_step": None,
+        "loss_clean_at_step": None,
+        "compare_step": None,
+        "batches_after_fix": None,
+        "back_on_clean_curve_at": None,
+    }
+    # where the first non-finite value was made, and the checkpoint to roll back to
+    if diagnosis.symptom in ("nonfinite", "error") and step is not None:
+        if location is None:
+            location = _locate_quietly(fault_run)
+        if location is not None:
+            facts["location"] = {
+                "step": location.step,
+                "checkpoint": location.checkpoint,
+                "pass": location.pass_name,
+                "module": location.module,
+                "module_type": location.module_type,
+                "tensor": location.tensor,
+                "counts": location.counts,
+                "inf_before_nan": location.inf_before_nan,
+                "error": location.error,
+            }
+        kept = [s for s in trainer.checkpoints.steps() if s <= step]
+        if location is not None:
+            facts["rollback_step"] = location.checkpoint
+        elif kept:
+            facts["rollback_step"] = max(kept)
+    if diagnosis.symptom == "spike" and step is not None:
+        from nanlab.signals import find_spikes, recovery_steps
+
+        facts["recovered_by_itself_in"] = recovery_steps(losses, step)
+        facts["later_spikes"] = [int(x) for x in find_spikes(losses) if x > step]
+    # the fixed run and the clean baseline, same seed and length
+    if fixed is None and diagnosis.fix and name is not None:
+        fixed = _rebuild(fault_run, [*getattr(fault_run, "fixes", []), diagnosis.fix])
+    if clean is None and name is not None:
+        clean = _clean_run(fault_run)
+    compare = step if step is not None else (config.steps - 1)
+    facts["compare_step"] = compare
+    if fixed is not None:
+        facts["fixed"] = _run_summary(fixed)
+        facts["loss_fixed_at_step"] = _loss_at(fixed.record, compare)
+        if step is not None:
+            facts["batches_after_fix"] = sum(r["step"] > step for r in fixed.record.steps)
+    if clean is not None:
+        facts["clean"] = _run_summary(clean)
+        facts["loss_clean_at_step"] = _loss_at(clean.record, compare)
+    if fixed is not None and clean is not None:
+        facts["back_on_clean_curve_at"] = _back_on_curve(fixed.record, clean.record, compare)
+    return facts
+
+
+def _back_on_curve(fixed: Any, clean: Any, start: int) -> int | None:
+    """The first step >= ``start`` from which the fixed run's loss stays within
+    ``RECOVERY_TOLERANCE`` (or ``RECOVERY_SLACK`` absolute) of the clean run's, to the end."""
+    clean_loss = {r["step"]: r["loss"] for r in clean.steps}
+    pairs = [(r["step"], r["loss"], clean_loss.get(r["step"])) for r in fixed.steps
+             if r["step"] >= start and r["step"] in clean_loss]
+    back = None
+    for s, got, want in pairs:
+        close = _finite(got) and _finite(want) and \
+            got <= want * (1 + RECOVERY_TOLERANCE) + RECOVERY_SLACK
+        if not close:
+            back = None
+        elif back is None:
+            back = s
+    return back
+
+
+@dataclass
+class StarStory:
+    """A STAR story of one incident, with the run's numbers; ``markdown()`` to export.
+
+    ``situation``, ``task``, ``action`` and ``result`` are Markdown paragraphs (English
+    with the Chinese key terms beside them); ``headline`` is the one-line, quantified
+    version for a CV; ``facts`` holds every number used (see ``incident_facts``).
+    """
+
+    title: str
+    headline: str
+    situation: str
+    task: str
+    action: str
+    result: str
+    facts: dict = field(default_factory=dict)
+
+    def markdown(self) -> str:
+        """The story as Markdown: title, one-line headline, the four parts, key numbers."""
+        parts = [
+            f"## {self.title}",
+            "",
+            f"> {self.headline}",
+            "",
+            f"**Situation (情境).** {self.situation}",
+            "",
+            f"**Task (任务).** {self.task}",
+            "",
+            f"**Action (行动).** {self.action}",
+            "",
+            f"**Result (结果).** {self.result}",
+            "",
+            "**Key numbers (关键数字)**",
+            "",
+            "| fact | value |",
+            "|---|---|",
+        ]
+        parts += [f"| {k} | {v} |" for k, v in self.key_numbers()]
+        return "\n".join(parts) + "\n"
+
+    def key_numbers(self) -> list[tuple[str, str]]:
+        """(label, value) rows of the numbers an interviewer asks for."""
+        f = self.facts
+        rows = [("parameters", f"{f['model']['num_params']:,}" if f["model"]["num_params"]
+                 else "n/a"),
+                ("layers / d_model / heads",
+                 f"{f['model']['n_layer']} / {f['model']['d_model']} / {f['model']['n_head']}"),
+                ("precision", f["precision"]),
+                ("optimizer, peak LR", f"{f['optimizer']}, {f['lr']:g}"),
+                ("symptom", f["symptom"] + (f" at step {f['symptom_step']}"
+                                            if f["symptom_step"] is not None else ""))]
+        jump = f.get("grad_jump")
+        if jump:
+            rows.append(("grad-norm jump before it",
+                         f"{jump['decades']:.1f} decades, steps {jump['low_step']}"
+                         f"-{jump['high_step']}"))
+        loc = f.get("location")
+        if loc and loc["tensor"]:
+            rows.append(("first non-finite value", f"{loc['pass']} pass, "
+                         f"{loc['module'] or loc['tensor']}"))
+        elif loc:
+            rows.append(("crashed in", f"{loc['pass']} pass"
+                         + (f", {loc['module']}" if loc["module"] else "")))
+        rows.append(("root cause", f["detail"] or f["cause"] or "not found"))
+        rows.append(("fix", f["fix"] or "none needed"))
+        if f["rollback_step"] is not None and f["symptom_step"] is not None:
+            rows.append(("rolled back to / steps redone",
+                         f"step {f['rollback_step']} / "
+                         f"{f['symptom_step'] - f['rollback_step'] + 1}"))
+        if f["fixed"] is not None:
+            rows.append((f"loss at step {f['compare_step']}: fixed vs clean",
+                         f"{_num(f['loss_fixed_at_step'])} vs {_num(f['loss_clean_at_step'])}"))
+        elif f["recovered_by_itself_in"] is not None:
+            rows.append(("steps for the loss to come back by itself",
+                         str(f["recovered_by_itself_in"])))
+        if f["batches_after_fix"] is not None:
+            rows.append(("batches after the old failure step, no recurrence",
+                         str(f["batches_after_fix"])))
+        return rows
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``markdown()`` to ``path`` (UTF-8; folders made as needed); returns it."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.markdown(), encoding="utf-8")
+        return path
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown()
+
+    def __str__(self) -> str:
+        return self.markdown()
+
+
+def _precision_words(f: dict) -> str:
+    p = f["precision"]
+    if p == "fp32":
+        return "fp32 (full precision)"
+    if p == "bf16":
+        return "bf16 autocast (混合精度, bf16)"
+    if p == "fp16-pure":
+        return "pure fp16 (model weights and optimizer state in fp16, 半精度)"
+    scaler = "with a GradScaler" if f["grad_scaler"] else "without a GradScaler"
+    return f"fp16 mixed precision (混合精度: torch.amp autocast {scaler})"
+
+
+def _optimizer_words(f: dict) -> str:
+    name = "AdamW" if f["optimizer"] == "adamw" else "SGD with momentum"
+    warm = f"{f['warmup_steps']} warmup steps" if f["warmup_steps"] else "no warmup"
+    decay = "cosine decay" if f["schedule"] == "cosine" else "a constant LR"
+    clip = (f"gradient clipping (梯度裁剪) at {f['grad_clip']:g}" if f["grad_clip"]
+            else "no gradient clipping")
+    return f"{name} at a peak LR of {f['lr']:g} ({warm}, {decay}), {clip}"
+
+
+def _device_words(device: str | None) -> str:
+    if not device:
+        return "its machine"
+    return "the CPU" if device == "cpu" else f"a GPU ({device})"
+
+
+def _model_words(f: dict) -> str:
+    m = f["model"]
+    params = f"{m['num_params']:,} parameters" if m["num_params"] else "parameters unknown"
+    norms = "" if m["use_norms"] else ", no LayerNorm"
+    if f["task"] == "counting":
+        what = "a decoder-only Transformer (GPT-style"
+    else:
+        what = f"a model ({m['class'] or 'my own'}"
+    return (f"{what}, {m['n_layer']} layers, d_model {m['d_model']}, {m['n_head']} heads"
+            f"{norms}, {params})")
+
+
+def _task_words(f: dict) -> str:
+    if f["task"] == "counting":
+        m = f["model"]
+        return (f"a synthetic next-token task (counting in strides, vocab {m['vocab_size']}, "
+                f"sequence length {m['block_size']}, batch {f['batch_size']})")
+    return f"its training task (batch {f['batch_size']})"
+
+
+def _symptom_words(f: dict) -> str:
+    """The failure itself, as it showed in the record."""
+    s, step = f["symptom"], f["symptom_step"]
+    if s == "nonfinite":
+        loss = f["loss_at_symptom"]
+        if _finite(loss):
+            what = (f"the global grad norm became {_num(f['grad_norm_at_symptom'])} while the "
+                    f"loss was still {_num(loss)}")
+        else:
+            what = f"the loss became {_num(loss)}"
+        where = (f"On the very first step (step {step})" if step == 0 else f"At step {step}")
+        before = ""
+        if f["last_good_step"] is not None:
+            before = (f" (at step {f['last_good_step']} the loss was still "
+                      f"{_num(f['last_good_loss'])})")
+        silent = "" if f["error"] else (
+            " Nothing raised an error: without a check the run would have kept training on "
+            "NaN weights (a NaN is silent, an OOM is loud).")
+        return f"{where}, {what}{before}.{silent}"
+    if s == "error":
+        return f"At step {step} the run crashed: `{str(f['error']).rstrip('.')}`."
+    if s == "spike":
+        back = f["recovered_by_itself_in"]
+        tail = (f" It came back on its own within {back} steps." if back is not None
+                else " It did not come back on its own.")
+        jump = ""
+        if f["last_good_step"] is not None and _finite(f["loss_at_symptom"]) \
+                and f["last_good_loss"]:
+            ratio = f["loss_at_symptom"] / f["last_good_loss"]
+            jump = (f" from {_num(f['last_good_loss'])} at step {f['last_good_step']}, "
+                    f"{ratio:.0f}x")
+        return (f"At step {step} the loss spiked to {_num(f['loss_at_symptom'])}{jump}, "
+                f"with no NaN." + tail)
+    if s == "diverge":
+        start, end = f["start_loss"], f["end_loss"]
+        if _finite(start) and _finite(end) and end >= start:
+            return (f"The loss climbed from {_num(start)} to {_num(end)} over "
+                    f"{f['steps_run']} steps instead of falling: it diverged (发散), with no "
+                    f"NaN.")
+        clean = f["clean"]
+        ref = (f"; the clean baseline reaches {_num(clean['final_loss'])}" if clean
+               and clean.get("final_loss") is not None else "")
+        return (f"The loss only went from {_num(start)} to {_num(end)} over {f['steps_run']} "
+                f"steps{ref}: the run failed to converge (不收敛), with no NaN.")
+    if s == "stall":
+        return (f"The loss stayed near {_num(f['end_loss'])} after {f['steps_run']} steps "
+                f"(it started at {_num(f['start_loss'])}): training stalled, with no NaN.")
+    return f"The run showed a {s}."
+
+
+def _jump_words(f: dict) -> str:
+    jump, step = f["grad_jump"], f["symptom_step"]
+    if step is None:
+        return ""
+    if jump is None:
+        return ("There was no grad-norm history before it to read: it failed within the "
+                "first steps.")
+    at = jump["at_step"]
+    then = f", then {_num(at)} at step {step}" if at is not None else ""
+    span = (f"from {_num(jump['low'])} at step {jump['low_step']} to {_num(jump['high'])} at "
+            f"step {jump['high_step']}")
+    decades = round(jump["decades"], 1)  # decide on the number the sentence shows
+    if decades >= 1.0:
+        return (f"In the {jump['window']} steps before it the global grad norm (梯度范数) "
+                f"grew {jump['decades']:.1f} orders of magnitude, {span}{then}.")
+    if decades >= 0.5:
+        return (f"In the {jump['window']} steps before it the global grad norm (梯度范数) "
+                f"rose {jump['decades']:.1f} orders of magnitude ({span}){then}: less than "
+                f"one order of magnitude, so no explosion was building up.")
+    return (f"The global grad norm (梯度范数) was flat in the {jump['window']} steps before "
+            f"it ({span}, {jump['decades']:.1f} orders of magnitude){then}: nothing was "
+            f"building up.")
+
+
+def _location_words(f: dict) -> str:
+    loc, step = f["location"], f["symptom_step"]
+    rollback = f["rollback_step"]
+    if rollback is None or step is None:
+        return ""
+    head = (f"I rolled back (回滚) to the last good checkpoint (检查点), saved at the start of "
+            f"step {rollback}, and replayed step {step} exactly, with hooks on every module "
+            f"and op, forward and backward (`locate`)")
+    if loc is None:
+        return head + "; the replay did not show where the value was made."
+    if loc["error"] and not loc["tensor"]:
+        return (f"{head}: it crashed in the {loc['pass']} pass"
+                + (f", in `{loc['module']}`" if loc["module"] else "") + ".")
+    where = f"in the {loc['pass']} pass"
+    if loc["module"]:
+        kind = f" ({loc['module_type']})" if loc["module_type"] else ""
+        where += f", in `{loc['module']}`{kind}"
+    c = loc["counts"] or {}
+    counts = ""
+    if c:
+        inf = (c.get("posinf") or 0) + (c.get("neginf") or 0)
+        counts = f", {c.get('nan', 0)} NaN and {inf} inf of {c.get('numel', '?')} values"
+    tensor = f", tensor `{loc['tensor']}`" if loc["tensor"] else ""
+    order = {True: "inf came before NaN (an overflow first, then inf - inf or inf / inf)",
+             False: "NaN came without an inf before it (a 0 / 0 or a NaN fed in, not an "
+                    "overflow)",
+             None: "inf and NaN appeared in the same operation"}[loc["inf_before_nan"]]
+    return f"{head}: the first non-finite value was made {where}{tensor}{counts}; {order}."
+
+
+def _sop_words(f: dict) -> str:
+    """The SOP steps in order, each with its verdict, as a Markdown list."""
+    lines = []
+    for item in f["sop"]:
+        label = _SOP_SHORT.get(item["step"], item["step"])
+        verdict = _VERDICT_WORDS.get(item["verdict"], item["verdict"])
+        lines.append(f"- **{label}**: {verdict}: {item['text']}.")
+    done = {item["step"] for item in f["sop"]}
+    rest = [_SOP_SHORT[k] for k in _SOP_SHORT if k not in done]
+    if rest and f["cause"]:
+        lines.append(f"- The SOP stops at the first step that explains the failure, so "
+                     f"{', '.join(rest)} did not need a replay.")
+    jump = f["grad_jump"]
+    if (jump and jump["decades"] < 1.0 and f["symptom"] in ("nonfinite", "error")
+            and "grad_norms" not in done):
+        lines.append(f"- The grad norm before the failure grew only {jump['decades']:.1f} orders "
+                     f"of magnitude in {jump['window']} steps, which also rules out a gradient "
+                     f"explosion building up.")
+    return "\n".join(lines)
+
+
+def _result_words(f: dict, words: _Words) -> str:
+    fixed, clean, step = f["fixed"], f["clean"], f["compare_step"]
+    failed_at = f["symptom_step"]
+    parts = []
+    fix = f["fix"]
+    if fixed is not None:
+        healthy = not fixed["nonfinite_steps"] and not fixed["spikes"] and not fixed["error"]
+        against = (lambda x: f" against {_num(x)} in the clean baseline") if clean is not None \
+            else (lambda x: "")
+        head = (f"With `{fix}` and the same seed ({f['seed']}), the run trained all "
+                f"{fixed['steps_run']} steps.")
+        if failed_at is not None:
+            head += (f" At step {step}, where it had failed, the loss was "
+                     f"{_num(f['loss_fixed_at_step'])}{against(f['loss_clean_at_step'])}")
+            if fixed["last_step"] != step:
+                head += (f"; at the last step ({fixed['last_step']}) "
+                         f"{_num(fixed['final_loss'])}"
+                         + (f" against {_num(clean['final_loss'])}" if clean else ""))
+            head += "."
+        else:
+            head += (f" The loss fell from {_num(fixed['start_loss'])} to "
+                     f"{_num(fixed['final_loss'])} at step {fixed['last_step']}"
+                     f"{against(clean['final_loss'] if clean else None)}, where the faulty "
+                     f"run had ended near {_num(f['end_loss'])}.")
+        parts.append(head)
+        if healthy and failed_at is not None:
+            verify = (f"Verified (验证) with the same seed: {f['batches_after_fix']} batches "
+                      f"after the old failure step, no non-finite loss and no spike: no "
+                      f"recurrence (未复现).")
+        elif healthy:
+            verify = (f"Verified (验证) with the same seed over all {fixed['steps_run']} "
+                      f"batches: no non-finite loss, no spike, and no "
+                      f"{'stall' if f['symptom'] == 'stall' else 'divergence'}.")
+        else:
+            bad = fixed["nonfinite_steps"][:1] or fixed["spikes"][:1]
+            verify = (f"Not yet proven: the fixed run still shows a problem at step "
+                      f"{bad[0] if bad else fixed['last_step']}"
+                      + (f" ({fixed['error']})" if fixed["error"] else "") + ".")
+        skipped = fixed["bad_batches_skipped"]
+        if skipped:
+            noun = "batch was" if len(skipped) == 1 else "batches were"
+            verify += (f" {len(skipped)} bad {noun} logged and skipped (batch "
+                       f"{', '.join(str(b) for b in skipped)}).")
+        parts.append(verify)
+        back = f["back_on_clean_curve_at"]
+        near = f"within {RECOVERY_TOLERANCE:.0%} (+{RECOVERY_SLACK:g}) of the clean run's loss"
+        if clean is not None and failed_at is not None:
+            if back is not None and back == step:
+                parts.append(f"From step {step} to the end it stayed {near}.")
+            elif back is not None:
+                parts.append(f"It was back {near} {back - step} steps after step {step}, "
+                             f"at step {back}, and stayed there.")
+            else:
+                parts.append(f"It ended above the clean run's loss ({_num(fixed['final_loss'])}"
+                             f" vs {_num(clean['final_loss'])} at step {fixed['last_step']}): "
+                             f"with this fix it learns more slowly than the clean baseline.")
+    elif fix is None and f["cause"]:
+        text = (f"The cure is in the {'scheduler' if f['cause_key'] == 'lr_jump' else 'setup'}"
+                f", not in the model or the data: {words.why_fix}.")
+        back = f["recovered_by_itself_in"]
+        if back is not None:
+            text += (f" The record shows it: the loss was back at its level before the spike "
+                     f"{back} steps later, and the other {f['steps_after_symptom']} steps "
+                     f"after it had {len(f['later_spikes']) or 'no'} further spike"
+                     f"{'' if len(f['later_spikes']) == 1 else 's'}")
+            if clean is not None:
+                text += (f"; at the last step the loss was {_num(f['last_loss'])} against "
+                         f"{_num(clean['final_loss'])} in the clean baseline")
+            text += "."
+        if f["cause_key"] == "lr_jump" and clean is not None:
+            n = len(clean["spikes"])
+            text += (f" With the schedule fixed, the same seed and config are the clean "
+                     f"baseline: {clean['steps_run']} steps, {n or 'no'} "
+                     f"spike{'' if n == 1 else 's'}, loss {_num(clean['final_loss'])} at the "
+                     f"last step.")
+        parts.append(text)
+    else:
+        parts.append(f"The diagnosed fix was checked by the SOP's replay: "
+                     f"{f['fix_evidence']}.")
+    if f["rollback_step"] is not None and failed_at is not None:
+        redo = failed_at - f["rollback_step"] + 1
+        which = (f"only step {failed_at}" if redo == 1
+                 else f"{redo} steps ({f['rollback_step']} to {failed_at})")
+        parts.append(f"Recovery cost: the last good checkpoint was saved at the start of "
+                     f"step {f['rollback_step']}, so {which} had to be redone.")
+    parts.append(f"Prevention (预防) and monitoring (监控): {words.prevention}; "
+                 f"{_ALWAYS_PREVENT}.")
+    return " ".join(parts)
+
+
+def _problem(f: dict) -> str:
+    """The incident in two or three words: 'NaN loss', 'loss spike', ..."""
+    if f["symptom"] == "diverge":
+        start, end = f["start_loss"], f["end_loss"]
+        climbed = _finite(start) and _finite(end) and end >= start
+        return "divergence" if climbed else "failure to converge"
+    return {"nonfinite": "NaN loss", "error": "crash", "spike": "loss spike",
+            "stall": "training stall"}.get(f["symptom"], "failure")
+
+
+def _headline(f: dict, words: _Words) -> str:
+    m = f["model"]
+    size = f"{m['num_params']:,}-parameter" if m["num_params"] else "small"
+    what = _problem(f)
+    at = f" at step {f['symptom_step']}" if f["symptom_step"] is not None else ""
+    line = f"Diagnosed a {what}{at} of a {size} Transformer as {words.name}"
+    fixed, clean = f["fixed"], f["clean"]
+    if f["fix"]:
+        line += f", fixed it with `{f['fix']}`"
+    if fixed is not None and f["batches_after_fix"] is not None:
+        line += (f" and verified it over {f['batches_after_fix']} batches with the same seed "
+                 f"(loss {_num(f['loss_fixed_at_step'])}")
+        if f["loss_clean_at_step"] is not None:
+            line += f" vs {_num(f['loss_clean_at_step'])} clean"
+        line += f" at step {f['compare_step']})"
+    elif fixed is not None:
+        line += (f" and verified it over {fixed['steps_run']} steps with the same seed (final "
+                 f"loss {_num(fixed['final_loss'])}")
+        if clean is not None:
+            line += f" vs {_num(clean['final_loss'])} clean"
+        line += f", against {_num(f['end_loss'])} before the fix)"
+    elif f["recovered_by_itself_in"] is not None:
+        line += f"; the loss came back on its own within {f['recovered_by_itself_in']} steps"
+    return line + "."
+
+
+def story_from_facts(facts: dict) -> StarStory:
+    """Write the STAR story from ``incident_facts`` (no runs, no replays: just words)."""
+    f = facts
+    words = _CAUSE_WORDS.get(f["cause_key"], _CAUSE_WORDS["unknown"])
+    situation = " ".join(s for s in [
+        f"I was training {_model_words(f)} on {_task_words(f)}, in {_precision_words(f)} on "
+        f"{_device_words(f['device'])}, with {_optimizer_words(f)}; seed {f['seed']}, "
+        f"{f['steps_planned']} steps planned.",
+        _symptom_words(f),
+        _jump_words(f),
+    ] if s)
+    problem = _problem(f)
+    mechanism = words.on_error if f["symptom"] == "error" and words.on_error \
+        else words.mechanism
+    task = (f"Find the root cause (根因) of the {problem}, not just a workaround; fix it; and "
+            f"prove the fix on the same seed against the clean baseline, losing as little "
+            f"training as possible.")
+    stop = ""
+    if f["symptom"] == "error":
+        stop = ("The crash stopped the run; I kept its record and checkpoints as "
+                "evidence. ")
+    elif f["symptom"] == "nonfinite":
+        if f["symptom_step"] is not None and f["steps_run"] <= f["symptom_step"] + 1:
+            stop = (f"The run was stopped at step {f['symptom_step']} (止损), keeping its "
+                    f"record and checkpoints as evidence. ")
+        else:
+            stop = ("I stopped the run (止损) and kept its record and checkpoints as "
+                    "evidence. ")
+    elif f["symptom"] == "spike":
+        stop = ("The loss came back by itself, so nothing had to be rolled back; I read the "
+                "run's record (loss, LR and grad norm per step) against the clean baseline. ")
+    else:
+        stop = ("I read the run's record (loss, LR and grad norm per step) against the clean "
+                "baseline. ")
+    fix_line = ""
+    if f["fix"]:
+        summary = f": {f['fix_summary']}" if f["fix_summary"] else ""
+        fix_line = (f"Fix: `{f['fix']}`{summary}. Why this is the fix and not a "
+                    f"workaround: {words.why_fix}.")
+    action = (
+        stop + _location_words(f)
+        + ("\n\n" if f["location"] or f["rollback_step"] is not None else "")
+        + "Then I went through the SOP in order (排查顺序: data -> AMP off -> LR / 10 -> "
+          "grad norms -> init / eps), one change at a time, each a controlled replay with "
+          "the same seed:\n\n"
+        + _sop_words(f)
+        + f"\n\nRoot cause (根因): {words.name}: {mechanism}. " + fix_line
+    ).strip()
+    result = _result_words(f, words)
+    what = f["fault"] or "my run"
+    title = f"STAR story: {words.name} ({what})"
+    return StarStory(title, _headline(f, words), situation, task, action, result, facts)
+
+
+def star_story(
+    fault_run: Any,
+    diagnosis: Any = None,
+    *,
+    clean: Any = None,
+    fixed: Any = None,
+    location: Any = None,
+) -> StarStory:
+    """A STAR story of the incident in ``fault_run``, with that run's real numbers.
+
+    ``fault_run`` is a :class:`nanlab.faults.FaultRun` (best made with
+    ``checkpoint_every=10, stop_when_poisoned=True``); ``diagnosis`` its
+    :class:`nanlab.diagnose.Diagnosis` (run here when not given). ``fixed`` is the same
+    run with the diagnosed fix and ``clean`` the clean baseline; both are run here, with
+    the original seed and length, when not given (``faults.run_fault(name,
+    fixes=[diagnosis.fix])`` and ``faults.run_fault(None)``). ``location`` is a
+    :class:`nanlab.locate.Location` of the first bad step (found here when not given).
+
+    The story names the model (parameters, layers, d_model), the task, precision,
+    optimizer and LR; the step of the first NaN or spike and the grad-norm jump before
+    it; where ``locate`` found the first non-finite value and whether inf came first;
+    each SOP step's verdict (what was ruled out, and why); the root cause and the fix;
+    the steps redone after the rollback; the loss at the same step against the clean
+    run; the batches run after the fix without a recurrence; and prevention.
+
+    >>> from nanlab import faults
+    >>> run = faults.run_fault("nan_input", steps=60, checkpoint_every=10,
+    ...                        stop_when_poisoned=True)
+    >>> story = star_story(run)  # doctest: +SKIP
+    >>> print(story.markdown())  # doctest: +SKIP
+    """
+    facts = incident_facts(fault_run, diagnosis, clean=clean, fixed=fixed, location=location)
+    return story_from_facts(facts)

@@ -221,3 +221,21 @@ def test_hand_edit_of_a_repository_lab_copy_is_caught(tmp_path):
     nbformat.write(nb, lab)
     [problem] = course.check(tmp_path / "solutions", tmp_path / "labs")
     assert problem.startswith(f"stale: {lab}") and "source differs" in problem
+
+
+def test_solutions_match_their_python_sources(tmp_path):
+    """tools/nb_<name>.py writes solutions/<name>.ipynb: a hand edit of either is caught."""
+    import subprocess
+    import sys
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "make_solutions.py"
+    done = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    solutions = Path(__file__).resolve().parents[1] / "solutions"
+    source = sorted(tool.parent.glob("nb_*.py"))[0].stem.removeprefix("nb_")
+    nb = nbformat.read(solutions / f"{source}.ipynb", as_version=4)
+    nb.cells[-1].source += "\n# edited by hand"
+    nbformat.write(nb, tmp_path / f"{source}.ipynb")
+    edited = subprocess.run([sys.executable, str(tool), "--check", "--out", str(tmp_path),
+                             source], capture_output=True, text=True)
+    assert edited.returncode == 1 and "differs" in edited.stdout, edited.stdout

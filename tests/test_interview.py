@@ -474,3 +474,212 @@ def test_cheat_sheet_numbers_terms_and_length():
         assert needle in sheet, needle
     assert "torch.cuda.amp" in sheet and "deprecated" in sheet
     assert len(sheet.splitlines()) <= 70  # one page
+
+
+# ------------------------------------------------------------------------------ STAR story
+
+STORY_STEPS = 60  # long enough to pass the failure at step 40 and learn; short for CI
+
+
+@pytest.fixture(scope="module")
+def clean_run():
+    from nanlab import faults
+
+    return faults.run_fault(None, steps=STORY_STEPS)
+
+
+@pytest.fixture(scope="module")
+def dirty_story(clean_run):
+    """nan_input (dirty data): the fixed run is made here, so the test knows its numbers."""
+    from nanlab import faults
+    from nanlab.diagnose import diagnose
+
+    run = faults.run_fault("nan_input", steps=STORY_STEPS, checkpoint_every=10,
+                           stop_when_poisoned=True)
+    diagnosis = diagnose(run)
+    fixed = faults.run_fault("nan_input", steps=STORY_STEPS, fixes=[diagnosis.fix])
+    story = nanlab.interview.star_story(run, diagnosis, clean=clean_run, fixed=fixed)
+    return run, diagnosis, fixed, story
+
+
+@pytest.fixture(scope="module")
+def eps_story(clean_run):
+    """tiny_eps (a norm's eps of 0): diagnosis, locate and the fixed run made by star_story."""
+    from nanlab import faults
+
+    run = faults.run_fault("tiny_eps", steps=STORY_STEPS, checkpoint_every=10,
+                           stop_when_poisoned=True)
+    return run, nanlab.interview.star_story(run, clean=clean_run)
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def test_star_story_of_dirty_data_carries_the_runs_numbers(dirty_story, clean_run):
+    run, diagnosis, fixed, story = dirty_story
+    md = story.markdown()
+    step = run.first_bad_step
+    assert step == 40 and diagnosis.fix == "validate_data"
+    # situation: the model, the task, the step, the grad norm before it
+    params = run.record.manifest["num_params"]
+    assert f"{params:,} parameters" in story.situation
+    assert "2 layers, d_model 64, 4 heads" in story.situation
+    assert "fp32" in story.situation and "AdamW at a peak LR of 0.005" in story.situation
+    assert f"At step {step}, the loss became NaN" in story.situation
+    before = run.record.steps[step - 1]["loss"]
+    assert f"at step {step - 1} the loss was still {fmt(before)}" in story.situation
+    jump = nanlab.interview.grad_norm_jump(run.record, step)
+    assert jump["decades"] < 1
+    assert "no explosion" in story.situation or "flat" in story.situation
+    assert fmt(jump["low"]) in story.situation and fmt(jump["high"]) in story.situation
+    # action: locate's answer, the SOP verdicts, the root cause and the fix
+    assert "in the data pass, tensor `features`, 1 NaN and 0 inf" in story.action
+    assert "**data (数据检查)**: the cause: batch 40 of step 40" in story.action
+    assert "rules out a gradient explosion" in story.action
+    assert "dirty data (脏数据)" in story.action and "`validate_data`" in story.action
+    # result: the fixed run's and the clean run's loss at the same step, the batches after
+    fixed_loss = fixed.record.steps[step]["loss"]
+    clean_loss = clean_run.record.steps[step]["loss"]
+    assert f"At step {step}, where it had failed, the loss was {fmt(fixed_loss)} against " \
+           f"{fmt(clean_loss)} in the clean baseline" in story.result
+    after = STORY_STEPS - step - 1
+    assert f"{after} batches after the old failure step" in story.result
+    assert "1 bad batch was logged and skipped (batch 40)" in story.result
+    assert "only step 40 had to be redone" in story.result
+    assert "Prevention (预防)" in story.result and "isfinite" in story.result
+    facts = story.facts
+    assert facts["loss_fixed_at_step"] == fixed_loss
+    assert facts["loss_clean_at_step"] == clean_loss
+    assert facts["batches_after_fix"] == after
+    assert f"over {after} batches" in story.headline and f"{params:,}-parameter" in story.headline
+    for part in ("**Situation (情境).**", "**Task (任务).**", "**Action (行动).**",
+                 "**Result (结果).**", "| parameters | " + f"{params:,} |"):
+        assert part in md
+
+
+def test_star_story_of_a_norm_eps_fault_names_what_was_ruled_out(eps_story):
+    run, story = eps_story
+    facts = story.facts
+    assert facts["family"] == "tiny_eps" and facts["fix"] == "norm_eps"
+    step = run.first_bad_step
+    assert facts["symptom_step"] == step
+    params = run.record.manifest["num_params"]
+    assert params != 106368  # its own model (33 tokens with a pad), its own count
+    assert f"{params:,} parameters" in story.situation
+    assert "LayerNorm eps" in story.title and "eps 过小" in story.action
+    assert "`embed_norm` (LayerNorm)" in story.action  # locate: where the NaN was made
+    # every SOP step before the cause is ruled out or skipped, with its reason
+    assert "**data (数据检查)**: ruled out: batch" in story.action
+    assert "**AMP off (关闭混合精度)**: not needed: the run is fp32 already" in story.action
+    assert "**LR / 10 (降低学习率)**: ruled out: LR / 10 replay: non-finite again" in story.action
+    assert "**init / eps (初始化 / eps)**: the cause: a norm has eps = 0" in story.action
+    assert [r["step"] for r in facts["ruled_out"]] == ["data", "lr", "grad_norms"]
+    # the fixed run (made by star_story) and the clean run, at the same step
+    assert facts["fixed"]["steps_run"] == STORY_STEPS and not facts["fixed"]["nonfinite_steps"]
+    assert f"the loss was {fmt(facts['loss_fixed_at_step'])} against " \
+           f"{fmt(facts['loss_clean_at_step'])}" in story.result
+    assert f"{facts['batches_after_fix']} batches after the old failure step" in story.result
+
+
+def test_star_story_markdown_export(dirty_story, tmp_path):
+    story = dirty_story[3]
+    path = story.save(tmp_path / "stories" / "mine.md")
+    text = path.read_text(encoding="utf-8")
+    assert text == story.markdown() == str(story)
+    assert text.startswith("## STAR story: dirty data (脏数据)")
+    assert story._repr_markdown_() == text
+    assert "> Diagnosed a NaN loss at step 40" in text
+
+
+def test_star_story_scores_well_on_the_banks_star_question(dirty_story):
+    result = get_question("star-story").score(dirty_story[3].markdown())
+    assert result.score >= 0.8, result.missing
+
+
+def test_the_wording_reads_for_every_cause_and_symptom(dirty_story):
+    """Every cause's words and every symptom render without a gap (no run needed)."""
+    base = dirty_story[3].facts
+    for key in nanlab.interview._CAUSE_WORDS:
+        for symptom, step in [("nonfinite", 40), ("error", 40), ("spike", 40),
+                              ("diverge", None), ("stall", None)]:
+            facts = dict(base, cause_key=key, symptom=symptom, symptom_step=step,
+                         error="RuntimeError: boom" if symptom == "error" else None)
+            if symptom not in ("nonfinite", "error"):
+                facts.update(location=None, rollback_step=None, recovered_by_itself_in=12)
+            if step is None:
+                facts.update(grad_jump=None, compare_step=STORY_STEPS - 1)
+            story = nanlab.interview.story_from_facts(facts)
+            md = story.markdown()
+            assert "None" not in md.replace("None of", ""), (key, symptom)
+            assert nanlab.interview._CAUSE_WORDS[key].name in md
+            assert "____" not in md and "{" not in md
+
+
+def test_grad_norm_jump_reads_an_explosion():
+    from nanlab.record import RunRecord
+
+    rec = RunRecord()
+    norms = [1.0] * 10 + [10.0 ** (k / 4) for k in range(1, 17)] + [float("inf")]
+    for s, g in enumerate(norms):
+        rec.log_step({"step": s, "loss": 1.0, "grad_norm": g, "finite": s < len(norms) - 1})
+    jump = nanlab.interview.grad_norm_jump(rec)
+    assert jump["step"] == 26 and jump["at_step"] == float("inf")
+    assert jump["low"] == 1.0 and jump["high_step"] == 25
+    assert jump["decades"] == pytest.approx(4.0)
+    assert nanlab.interview.grad_norm_jump(rec, 1) is None  # no history before step 1
+
+
+def test_a_healthy_run_has_no_story():
+    from nanlab.diagnose import Diagnosis
+
+    healthy = Diagnosis("healthy", None, None, None, None, False, "nothing to fix", [])
+    with pytest.raises(NanlabError, match="this run is healthy"):
+        nanlab.interview.star_story(None, healthy)
+
+
+# ----------------------------------------------------------------- mock interview widget
+
+
+def test_mock_interview_widget_flow(bank, tmp_path, monkeypatch):
+    from nanlab import progress
+
+    monkeypatch.setenv("NANLAB_PROGRESS", str(tmp_path / "p.json"))
+    mw = nanlab.interview.MockInterviewWidget(ids=["first-thing", "nan-vs-oom"],
+                                              max_follow_ups=1, bank=bank, lab="10_interview")
+    assert "What do you do first" in mw.question.value and "question 1" in mw.header.value
+    assert mw.summary.value == "" and not mw.done
+    # an answer that misses the LR / 10 restart: feedback, then the follow-up on it
+    mw.answer.value = NO_LR_FIRST_THING
+    mw.submit.click()
+    assert "<b>Score: 83%</b>" in mw.feedback.value
+    assert "Missing:" in mw.feedback.value and "restart at LR / 10" in mw.feedback.value
+    assert "<b>Follow-up next</b>, on what was missing: restart at LR / 10" in mw.feedback.value
+    assert "<summary>Model answer" in mw.feedback.value
+    assert mw.mock.current.id == "lr-divide-10" and "follow-up 2" in mw.header.value
+    assert get_question("lr-divide-10", bank).question[:30] in mw.question.value
+    assert mw.answer.value == ""  # cleared for the next answer
+    # an empty answer to the follow-up: then the next main question
+    mw.submit.click()
+    assert "<b>Score: 0%</b>" in mw.feedback.value
+    assert mw.mock.current.id == "nan-vs-oom" and "question 3" in mw.header.value
+    mw.answer.value = get_question("nan-vs-oom", bank).answer  # full marks: no follow-up
+    mw.submit.click()
+    assert "<b>Score: 100%</b>" in mw.feedback.value and "Follow-up next" not in mw.feedback.value
+    # the end: the summary is shown, the answer box is closed
+    assert mw.done and mw.submit.disabled and mw.answer.disabled
+    assert "finished" in mw.header.value
+    assert "Mock interview summary" in mw.summary.value
+    assert "first-thing" in mw.summary.value and "lr-divide-10 (follow-up)" in mw.summary.value
+    items = progress.load(tmp_path / "p.json")["labs"]["10_interview"]
+    assert set(items) == {"mock:first-thing", "mock:lr-divide-10", "mock:nan-vs-oom"}
+    mw.submit.click()  # a click after the end changes nothing
+    assert len(mw.mock.turns) == 3
+
+
+def test_free_text_practice_from_the_bank(bank):
+    ft = nanlab.interview.free_text(get_question("confirm-no-recur", bank))
+    assert ft.qid == "confirm-no-recur" and "how many batches" in ft.prompt.value.lower()
+    ft.answer.value = get_question("confirm-no-recur", bank).answer
+    ft.check_button.click()
+    assert ft.last_feedback.correct

@@ -481,6 +481,12 @@ CELLS = [
             ### END SOLUTION
         """
     ),
+    md(
+        """
+        The test batches: the clean batch of step 0, and copies of it with something
+        overwritten, each with the problems a good validator reports for it.
+        """
+    ),
     code(
         """
         KINDS = ("non-finite input", "illegal label", "no target")
@@ -511,8 +517,16 @@ CELLS = [
                                          targets=[(everything, IGNORE_INDEX)]),
                                    {"non-finite input", "no target"}),
         }
-
-
+        """
+    ),
+    md(
+        """
+        The check runs your function on each of these batches and compares the kinds of
+        problem it reports with the expected ones:
+        """
+    ),
+    code(
+        """
         def judge_validation(found):
             for case, (_, want) in CASES.items():
                 problems = found[case]
@@ -766,6 +780,8 @@ CELLS = [
         poisoned when section 3b measured that it is not.
 
         ## 6. Practice
+        Interview-style questions on what you just measured. Answer, then **Check**;
+        **Hint** gives one hint per click.
         """
     ),
     code(

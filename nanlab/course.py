@@ -7,7 +7,8 @@ The nbgrader convention: in a solution notebook, the code a learner writes sits 
   ``raise NotImplementedError()``); in markdown it becomes ``_Your answer here._``;
 - outputs, execution counts and saved widget state are cleared;
 - cells tagged ``solution-only`` are dropped (the solution's own "this is the source" banner)
-  and a banner saying the lab is generated is put first;
+  and a banner saying the lab is generated is put first, then a cell that says how to
+  install nanlab when the kernel cannot import it (a fresh Colab runtime);
 - the ``nbval-check-output`` tag is removed: a lab has no reference outputs to compare,
   and a learner's saved outputs are their own.
 
@@ -40,6 +41,20 @@ SOLUTION_ONLY_TAG = "solution-only"
 CHECK_OUTPUT_TAG = "nbval-check-output"
 BANNER_ID = "generated-banner"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+INSTALL_ID = "install-check"
+# The first code cell of every lab: where nanlab is missing (a fresh Colab runtime, a
+# kernel from another environment) it says how to install it, instead of the next cell
+# failing with a bare ImportError. Silent where nanlab is installed.
+INSTALL_CHECK = """\
+# Is nanlab installed in this kernel's environment? (Silent when it is.)
+import importlib.util
+import sys
+
+if importlib.util.find_spec("nanlab") is None:
+    print("nanlab is not installed for this kernel (" + sys.executable + ").\\n"
+          "- Colab or any notebook: run  %pip install 'git+<URL of the nanlab repository>'\\n"
+          "  then restart the kernel (Colab: Runtime > Restart session).\\n"
+          "- A clone of the repository: run  make lab  in it, or  pip install -e <clone>.")"""
 
 
 class CourseError(NanlabError):
@@ -123,7 +138,8 @@ def make_lab(
         "Learners: fill in the cells marked `# YOUR CODE HERE`.",
         id=BANNER_ID,
     )
-    lab.cells = [banner, *cells]
+    install = nbformat.v4.new_code_cell(INSTALL_CHECK, id=INSTALL_ID)
+    lab.cells = [banner, install, *cells]
     return lab
 
 

@@ -71,17 +71,18 @@ def test_lab_has_banner_stubs_and_no_outputs(dirs):
     assert "Generated from `solutions/01_demo.ipynb` by `nanlab course build`" in cells[0].source
     assert "do not edit by hand" in cells[0].source
     assert all("This is the source" not in c.source for c in cells)  # solution-only dropped
-    assert cells[1].source == "Why?\n_Your answer here._"
+    assert cells[1].id == course.INSTALL_ID and cells[1].cell_type == "code"
+    assert cells[2].source == "Why?\n_Your answer here._"
     for cell in cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None
-    assert cells[3].metadata["tags"] == ["keep-me"]  # nbval tag removed, others kept
+    assert cells[4].metadata["tags"] == ["keep-me"]  # nbval tag removed, others kept
 
 
 def test_stub_is_indented_like_the_block_it_replaces(dirs):
     solutions, labs = dirs
     course.build(solutions, labs)
-    assert _lab(labs).cells[2].source == (
+    assert _lab(labs).cells[3].source == (
         "def f(x):\n"
         "    if x > 0:\n"
         "        # YOUR CODE HERE\n"
@@ -94,18 +95,18 @@ def test_hand_edit_of_a_lab_is_reported(dirs):
     solutions, labs = dirs
     course.build(solutions, labs)
     nb = _lab(labs)
-    nb.cells[2].source = "def f(x):\n    return x + 1"
+    nb.cells[3].source = "def f(x):\n    return x + 1"
     nbformat.write(nb, labs / "01_demo.ipynb")
     [problem] = course.check(solutions, labs)
     assert problem.startswith(f"stale: {labs / '01_demo.ipynb'}")
-    assert "cell 2 (code) source differs" in problem
+    assert "cell 3 (code) source differs" in problem
 
 
 def test_saved_outputs_in_a_lab_are_reported(dirs):
     solutions, labs = dirs
     course.build(solutions, labs)
     nb = _lab(labs)
-    nb.cells[3].outputs = [nbformat.v4.new_output("stream", name="stdout", text="2\n")]
+    nb.cells[4].outputs = [nbformat.v4.new_output("stream", name="stdout", text="2\n")]
     nbformat.write(nb, labs / "01_demo.ipynb")
     assert "has outputs" in course.check(solutions, labs)[0]
 
@@ -239,3 +240,17 @@ def test_solutions_match_their_python_sources(tmp_path):
     edited = subprocess.run([sys.executable, str(tool), "--check", "--out", str(tmp_path),
                              source], capture_output=True, text=True)
     assert edited.returncode == 1 and "differs" in edited.stdout, edited.stdout
+
+
+def test_first_code_cell_of_a_lab_says_how_to_install_nanlab_where_it_is_missing(tmp_path):
+    """Colab: the first code cell explains the install instead of an ImportError."""
+    import subprocess
+    import sys
+
+    missing = subprocess.run([sys.executable, "-S", "-c", course.INSTALL_CHECK], cwd=tmp_path,
+                             capture_output=True, text=True)  # -S: no site-packages, no nanlab
+    assert missing.returncode == 0, missing.stderr
+    assert "nanlab is not installed" in missing.stdout and "%pip install" in missing.stdout
+    present = subprocess.run([sys.executable, "-c", course.INSTALL_CHECK], cwd=tmp_path,
+                             capture_output=True, text=True)
+    assert present.returncode == 0 and present.stdout == ""

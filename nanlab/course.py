@@ -58,7 +58,14 @@ if importlib.util.find_spec("nanlab") is None:
 
 
 class CourseError(NanlabError):
-    """A solution notebook or folder the builder cannot use; the message names the place."""
+    """A solution notebook or folder the builder cannot use; the message names the place.
+
+    >>> try:
+    ...     solution_files("no-such-folder")
+    ... except CourseError as err:
+    ...     print(err)
+    solutions directory 'no-such-folder' does not exist
+    """
 
 
 def strip_solutions(source: str, cell_type: str = "code", where: str = "cell") -> str:

@@ -106,7 +106,14 @@ _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 
 
 class BankError(NanlabError):
-    """The question bank has problems; ``problems`` lists each one on its own."""
+    """The question bank has problems; ``problems`` lists each one on its own.
+
+    >>> try:
+    ...     parse_bank([{"id": "x"}])
+    ... except BankError as err:
+    ...     print(len(err.problems) > 0)
+    True
+    """
 
     def __init__(self, source: str, problems: Sequence[str]):
         self.problems = list(problems)
@@ -121,6 +128,10 @@ class FollowUp:
     """A follow-up question and the key points of its parent that it probes.
 
     ``id`` names a bank question; an inline follow-up carries its own ``question``.
+
+    >>> q = load_bank()[0]
+    >>> all(isinstance(f, FollowUp) and f.targets for f in q.follow_ups)
+    True
     """
 
     targets: tuple[str, ...]
@@ -546,7 +557,10 @@ def bank_counts(bank: Sequence[Question] | None = None) -> dict[str, dict[str, i
 
 @dataclass(frozen=True)
 class Framework:
-    """What an interviewer expects from one level, a fill-in template, and its pitfall."""
+    """What an interviewer expects from one level, a fill-in template, and its pitfall.
+
+    >>> print(answer_framework("senior"))  # doctest: +SKIP
+    """
 
     level: str
     title: str
@@ -690,7 +704,13 @@ def frameworks_markdown() -> str:
 
 @dataclass
 class Turn:
-    """One question asked and answered."""
+    """One question asked and answered.
+
+    >>> mock = MockInterview(seed=1, n_questions=1, max_follow_ups=0)
+    >>> _ = mock.answer("")
+    >>> mock.turns[0].answer
+    ''
+    """
 
     question: Question
     answer: str
@@ -700,7 +720,12 @@ class Turn:
 
 @dataclass
 class Reply:
-    """What ``MockInterview.answer`` returns: the feedback and what comes next."""
+    """What ``MockInterview.answer`` returns: the feedback and what comes next.
+
+    >>> reply = MockInterview(seed=1, n_questions=1, max_follow_ups=0).answer("")
+    >>> reply.result.score, reply.next_question is None
+    (0.0, True)
+    """
 
     result: RubricResult
     next_question: Question | None
@@ -710,7 +735,13 @@ class Reply:
 
 @dataclass
 class InterviewSummary:
-    """Per-question scores, topic averages, and what to practise next."""
+    """Per-question scores, topic averages, and what to practise next.
+
+    >>> mock = MockInterview(seed=1, n_questions=1, max_follow_ups=0)
+    >>> _ = mock.answer("I don't know")
+    >>> mock.summary().average
+    0.0
+    """
 
     rows: list[tuple[str, str, float, bool]] = field(default_factory=list)
     average: float = 0.0
@@ -961,6 +992,8 @@ class MockInterviewWidget:
 
     Pass an existing ``mock=MockInterview(...)`` or its keyword arguments. ``lab`` names
     the lab in the learner's progress file.
+
+    >>> MockInterviewWidget(level="experienced", seed=2)  # doctest: +SKIP
     """
 
     def __init__(self, mock: MockInterview | None = None, *, lab: str | None = None,
@@ -1446,6 +1479,11 @@ def incident_facts(
     same run with the diagnosed fix (``fixed``) and the clean baseline (``clean``), each
     with the original run's seed and length. The keys are documented by
     :func:`star_story`; ``facts["fixed"]`` and ``facts["clean"]`` summarise those runs.
+
+    >>> from nanlab import faults
+    >>> facts = incident_facts(faults.run_fault("nan_input"))  # doctest: +SKIP
+    >>> facts["first_bad_step"]  # doctest: +SKIP
+    40
     """
     from nanlab import faults as faults_mod
     from nanlab import fixes as fixes_mod
@@ -1610,6 +1648,10 @@ class StarStory:
     ``situation``, ``task``, ``action`` and ``result`` are Markdown paragraphs (English
     with the Chinese key terms beside them); ``headline`` is the one-line, quantified
     version for a CV; ``facts`` holds every number used (see ``incident_facts``).
+
+    >>> from nanlab import faults
+    >>> story = star_story(faults.run_fault("nan_input"))  # doctest: +SKIP
+    >>> story.save("my_incident.md")  # doctest: +SKIP
     """
 
     title: str
@@ -1996,7 +2038,10 @@ def _headline(f: dict, words: _Words) -> str:
 
 
 def story_from_facts(facts: dict) -> StarStory:
-    """Write the STAR story from ``incident_facts`` (no runs, no replays: just words)."""
+    """Write the STAR story from ``incident_facts`` (no runs, no replays: just words).
+
+    >>> story = story_from_facts(incident_facts(run))  # doctest: +SKIP
+    """
     f = facts
     words = _CAUSE_WORDS.get(f["cause_key"], _CAUSE_WORDS["unknown"])
     situation = " ".join(s for s in [

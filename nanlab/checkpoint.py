@@ -28,7 +28,15 @@ from nanlab.errors import NanlabError
 
 
 def atomic_save(obj, path: str | Path) -> None:
-    """torch.save to ``path`` through a temp file and a rename."""
+    """torch.save to ``path`` through a temp file and a rename.
+
+    A crash in the middle of a save leaves the old file (or none), never half a file.
+
+    >>> import torch
+    >>> atomic_save({"w": torch.ones(2)}, "ckpt/ckpt_000000.pt")
+    >>> safe_load("ckpt/ckpt_000000.pt")["w"]
+    tensor([1., 1.])
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -44,13 +52,32 @@ def atomic_save(obj, path: str | Path) -> None:
 
 
 def safe_load(source: str | Path | bytes) -> dict:
-    """Load a checkpoint with ``weights_only=True`` (no code runs), onto the CPU."""
+    """Load a checkpoint with ``weights_only=True`` (no code runs), onto the CPU.
+
+    ``source`` is a path or the bytes of a saved checkpoint.
+
+    >>> import io, torch
+    >>> buf = io.BytesIO(); torch.save({"step": 3}, buf)
+    >>> safe_load(buf.getvalue())
+    {'step': 3}
+    """
     f = io.BytesIO(source) if isinstance(source, bytes) else source
     return torch.load(f, map_location="cpu", weights_only=True)
 
 
 class CheckpointStore:
-    """Checkpoints by step number, in a folder or in memory."""
+    """Checkpoints by step number, in a folder or in memory.
+
+    ``directory=None`` keeps them in memory (as bytes); a folder holds
+    ``ckpt_000050.pt``-style files written with :func:`atomic_save`.
+
+    >>> store = CheckpointStore()                  # or CheckpointStore("runs/x/checkpoints")
+    >>> store.save(0, {"step": 0}); store.save(50, {"step": 50})
+    >>> store.steps(), store.nearest(70)
+    ([0, 50], 50)
+    >>> store.load(50)["step"]
+    50
+    """
 
     def __init__(self, directory: str | Path | None = None):
         self.directory = Path(directory) if directory is not None else None

@@ -37,7 +37,12 @@ _last_name: str | None = None
 
 @dataclass
 class CheckResult:
-    """The outcome of one check: ``status`` is one of PASSED, NOT_DONE, WRONG."""
+    """The outcome of one check: ``status`` is one of PASSED, NOT_DONE, WRONG.
+
+    >>> r = CheckResult("first_bad_step", WRONG, "got 3, expected 2")
+    >>> r.passed, r.line()
+    (False, 'not yet right: first_bad_step: got 3, expected 2')
+    """
 
     name: str
     status: str

@@ -39,7 +39,14 @@ IGNORE_INDEX = -100  # a target with this value is masked out of the loss (PyTor
 
 @dataclass
 class Batch:
-    """One training batch. ``targets == IGNORE_INDEX`` marks positions left out of the loss."""
+    """One training batch. ``targets == IGNORE_INDEX`` marks positions left out of the loss.
+
+    >>> b = CountingTask(seed=0)(0)          # the batch of step 0
+    >>> tuple(b.tokens.shape), tuple(b.features.shape)
+    ((32, 32), (32, 32, 1))
+    >>> bool((b.targets[:, 0] == IGNORE_INDEX).all())   # the first target is masked
+    True
+    """
 
     tokens: torch.Tensor  # (B, T) long
     targets: torch.Tensor  # (B, T) long
@@ -47,7 +54,12 @@ class Batch:
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:
-    """A torch.Generator seeded from (seed, step) alone, so batches do not depend on history."""
+    """A torch.Generator seeded from (seed, step) alone, so batches do not depend on history.
+
+    >>> a = torch.rand(3, generator=step_generator(0, 40))
+    >>> torch.equal(a, torch.rand(3, generator=step_generator(0, 40)))
+    True
+    """
     state = np.random.SeedSequence([seed, step]).generate_state(2, dtype=np.uint64)
     return torch.Generator().manual_seed(int(state[0] >> np.uint64(1)))
 
@@ -58,6 +70,11 @@ def standardize(x: torch.Tensor, dim: tuple[int, ...] = (0, 1)) -> torch.Tensor:
     No guard on purpose: a column that is constant across the batch has std 0, and
     (x - mean) / std is then 0 / 0 = NaN. ``nanlab`` teaches the guard
     (``std.clamp_min(eps)``); the pipeline does not have it yet.
+
+    >>> standardize(torch.tensor([[[1.0], [3.0]]])).flatten().tolist()
+    [-1.0, 1.0]
+    >>> standardize(torch.full((1, 2, 1), 5.0)).flatten().tolist()   # std 0: 0 / 0
+    [nan, nan]
     """
     mean = x.mean(dim, keepdim=True)
     std = x.std(dim, keepdim=True, unbiased=False)
@@ -66,7 +83,12 @@ def standardize(x: torch.Tensor, dim: tuple[int, ...] = (0, 1)) -> torch.Tensor:
 
 @dataclass
 class RawBatch:
-    """A batch before standardisation: the place where data faults can strike."""
+    """A batch before standardisation: the place where data faults can strike.
+
+    >>> raw = CountingTask(seed=0).raw(0)
+    >>> raw.raw_features[0, :4, 0].tolist() == raw.tokens[0, :4].float().tolist()
+    True
+    """
 
     tokens: torch.Tensor
     targets: torch.Tensor
@@ -81,6 +103,17 @@ class CountingTask:
 
     ``raw_hooks`` run on each raw batch before standardisation (``hook(step, raw)``):
     that is how ``nanlab.faults`` corrupts data the way a broken upstream job would.
+
+    >>> task = CountingTask(seed=0)
+    >>> torch.equal(task(40).tokens, CountingTask(seed=0)(40).tokens)   # same (seed, step)
+    True
+    >>> def nan_at_40(step, raw):
+    ...     if step == 40:
+    ...         raw.raw_features[0, 5, 0] = float("nan")
+    ...     return raw
+    >>> task.raw_hooks.append(nan_at_40)
+    >>> bool(task(40).features.isnan().any()), bool(task(39).features.isnan().any())
+    (True, False)
     """
 
     def __init__(

@@ -24,8 +24,8 @@ diagnosed the same way if you pass ``build(config) -> Trainer``, a function that
 makes your trainer (model, data, loss, and whatever is wrong with them) from a config.
 
 >>> from nanlab import faults
->>> d = diagnose(faults.run_fault("all_masked", steps=60, checkpoint_every=10))
->>> d.cause, d.fix
+>>> d = diagnose(faults.run_fault("all_masked", steps=60, checkpoint_every=10))  # doctest: +SKIP
+>>> d.cause, d.fix  # doctest: +SKIP
 ('dirty_data', 'validate_data')
 """
 
@@ -58,7 +58,12 @@ Builder = Callable[[TrainConfig], Trainer]
 
 @dataclass
 class Finding:
-    """What one SOP step looked at and what it concluded."""
+    """What one SOP step looked at and what it concluded.
+
+    >>> f = Finding("data", "cause", "the batch of step 40 holds 1 NaN in features")
+    >>> f.verdict
+    'cause'
+    """
 
     step: str  # a key of nanlab.faults.SOP_STEPS
     verdict: str  # "cause", "ruled out", "hint" or "skipped"
@@ -67,7 +72,21 @@ class Finding:
 
 @dataclass
 class Diagnosis:
-    """The root cause of a bad run, the evidence for it, and the fix that was proven."""
+    """The root cause of a bad run, the evidence for it, and the fix that was proven.
+
+    :func:`diagnose` returns one; ``print(d)`` shows the report.
+
+    >>> d = Diagnosis("nonfinite", 40, "dirty_data", None, "validate_data", True,
+    ...               "the replay with validate_data is finite",
+    ...               [Finding("data", "cause", "NaN in the features of step 40")])
+    >>> print(d.report())  # doctest: +ELLIPSIS
+    symptom: nonfinite at step 40
+      [cause    ] 1. check the batch (...): NaN in the features of step 40
+    root cause: dirty_data
+    fix: validate_data (proven: the replay with validate_data is finite)
+    >>> d.evidence
+    ['NaN in the features of step 40']
+    """
 
     symptom: str  # nonfinite | error | spike | diverge | stall | healthy
     symptom_step: int | None
@@ -113,7 +132,12 @@ class Diagnosis:
 
 # -- reading a run -----------------------------------------------------------------
 def symptom_of(run: faults_mod.FaultRun) -> tuple[str, int | None]:
-    """What the run shows: a crash, a non-finite step, a spike, a stall or a divergence."""
+    """What the run shows: a crash, a non-finite step, a spike, a stall or a divergence.
+
+    >>> run = faults_mod.run_fault("nan_input", steps=60)  # doctest: +SKIP
+    >>> symptom_of(run)  # doctest: +SKIP
+    ('nonfinite', 40)
+    """
     if run.error:
         return "error", run.error_step
     bad = run.record.first_nonfinite_step
@@ -133,7 +157,14 @@ def symptom_of(run: faults_mod.FaultRun) -> tuple[str, int | None]:
 
 
 def health(run: faults_mod.FaultRun) -> tuple[bool, str]:
-    """Is a replay healthy? Judged on the whole loss curve, not only on finiteness."""
+    """Is a replay healthy? Judged on the whole loss curve, not only on finiteness.
+
+    Returns (healthy, a sentence saying why).
+
+    >>> ok, why = health(faults_mod.run_fault("nan_input", steps=60))  # doctest: +SKIP
+    >>> ok  # doctest: +SKIP
+    False
+    """
     kind, step = symptom_of(run)
     losses = run.record.losses()
     start, end = losses[0], final_loss(losses)
@@ -452,7 +483,14 @@ def _resolve(source, build: Builder | None):
 
 
 def load_run(directory: str | Path) -> faults_mod.FaultRun:
-    """Rebuild a run written by the trainer (its record, checkpoints and fault) from disk."""
+    """Rebuild a run written by the trainer (its record, checkpoints and fault) from disk.
+
+    >>> _ = faults_mod.run_fault("nan_input", steps=60, out_dir="runs/nan")  # doctest: +SKIP
+    >>> run = load_run("runs/nan")  # doctest: +SKIP
+    >>> run.fault, run.first_bad_step  # doctest: +SKIP
+    ('nan_input', 40)
+    >>> print(diagnose(run))  # the same as: nanlab diagnose runs/nan  # doctest: +SKIP
+    """
     directory = Path(directory)
     if not (directory / "manifest.json").is_file():
         raise NanlabError(f"{str(directory)!r} is not a nanlab run folder "

@@ -241,6 +241,10 @@ def replica_gap(params: list[torch.Tensor]) -> float:
 
     >>> replica_gap([torch.zeros(2), torch.tensor([0.0, 0.5])])
     0.5
+    >>> replica_gap([torch.zeros(1), torch.ones(1), torch.tensor([float("nan")])])
+    nan
     """
-    return max(float((p - params[0]).abs().max()) for p in params[1:]) if len(params) > 1 \
-        else 0.0
+    if len(params) < 2:
+        return 0.0
+    gaps = torch.stack([(p - params[0]).abs().max() for p in params[1:]])
+    return float(gaps.max())  # torch's max propagates NaN whatever the rank order

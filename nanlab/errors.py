@@ -6,7 +6,16 @@ from collections.abc import Iterable
 
 
 class NanlabError(ValueError):
-    """A bad value from the user. The message alone says how to fix it."""
+    """A bad value from the user. The message alone says how to fix it.
+
+    A ``ValueError``, so ``except ValueError`` catches it too.
+
+    >>> try:
+    ...     check_range("steps", -3, 1, integer=True)
+    ... except NanlabError as err:
+    ...     print(err)
+    steps=-3 is out of range; allowed: an integer >= 1
+    """
 
 
 def check_choice(name: str, value, allowed: Iterable) -> None:

@@ -13,8 +13,8 @@ that reveals it, the cure and the failure signature. They live in a registry::
     >>> from nanlab import faults
     >>> sorted(faults.FAULTS)[:3]
     ['adam_eps_fp16', 'all_masked', 'bad_init']
-    >>> run = faults.run_fault("nan_input", steps=80)   # the built-in toy run
-    >>> run.record.first_nonfinite_step
+    >>> run = faults.run_fault("nan_input", steps=80)   # the built-in toy run  # doctest: +SKIP
+    >>> run.record.first_nonfinite_step  # doctest: +SKIP
     40
 
 On a model, optimizer and batch source that nanlab did not create, use
@@ -53,7 +53,16 @@ SIGNATURES = ("nonfinite", "error", "spike", "diverge", "stall")
 
 @dataclass(frozen=True)
 class Param:
-    """One fault parameter: its default and what is allowed."""
+    """One fault parameter: its default and what is allowed.
+
+    >>> at_step = Param(40, 0, 100_000, help="the step at which the bad batch arrives")
+    >>> at_step.check("nan_input", "at_step", 12)
+    12
+    >>> at_step.check("nan_input", "at_step", -1)
+    Traceback (most recent call last):
+    ...
+    nanlab.errors.NanlabError: nan_input.at_step=-1 is out of range; allowed: an integer ...
+    """
 
     default: Any
     low: float | None = None
@@ -120,6 +129,12 @@ class Injection:
 
     ``batches(step)`` returns the (possibly corrupted) batch of that step and applies
     any time-dependent change (an LR jump) first: call it once per step.
+    :func:`inject` makes one.
+
+    >>> source = lambda i: (torch.ones(4, 3), torch.zeros(4).long())   # (inputs, labels)
+    >>> injection = inject("nan_input", batches=source, at_step=2)
+    >>> [bool(injection.batches(i)[0].isnan().any()) for i in range(4)]
+    [False, False, True, False]
     """
 
     def __init__(self, model: nn.Module | None = None,
@@ -226,6 +241,15 @@ class Fault:
     a deep stack); ``install(injection, p)`` sets up the fault itself through the
     injection's levers; ``foreign(injection, p)`` does on someone else's model what the
     conditions do on the toy one (or is None when that makes no sense).
+
+    >>> fault = get_fault("tiny_eps")
+    >>> fault.family, fault.reveals, fault.cure, fault.signature
+    ('tiny_eps', 'init_eps', 'norm_eps', 'nonfinite')
+    >>> fault.resolve(eps=1e-12)
+    {'eps': 1e-12, 'pad_prob': 0.25}
+    >>> print(fault.describe())  # doctest: +ELLIPSIS
+    tiny_eps (tiny_eps): LayerNorm eps = 0 meeting a zero-variance row (a padding token)
+      mechanism: ...
     """
 
     name: str
@@ -263,6 +287,17 @@ FAULTS: dict[str, Fault] = {}
 
 
 def register(fault: Fault) -> Fault:
+    """Add a fault to ``FAULTS`` (after checking its signature and SOP step); returns it.
+
+    >>> mine = register(Fault(
+    ...     "my_inf_input", "dirty_data", "every reading is inf at one step", "inf - inf = NaN",
+    ...     "a float input", reveals="data", cure="validate_data", signature="nonfinite",
+    ...     params={"at_step": AT_STEP},
+    ...     install=lambda inj, p: inj.edit_inputs(p["at_step"], lambda x: x + math.inf)))
+    >>> get_fault("my_inf_input") is mine
+    True
+    >>> del FAULTS["my_inf_input"]
+    """
     check_choice("signature", fault.signature, SIGNATURES)
     check_choice("reveals", fault.reveals, SOP_STEPS)
     FAULTS[fault.name] = fault
@@ -270,6 +305,15 @@ def register(fault: Fault) -> Fault:
 
 
 def get_fault(name: str) -> Fault:
+    """The registered fault called ``name``; an unknown name gets the list of choices.
+
+    >>> get_fault("nan_input").cure
+    'validate_data'
+    >>> get_fault("nan")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    nanlab.errors.NanlabError: fault='nan' is not allowed; choose one of 'adam_eps_fp16', ...
+    """
     check_choice("fault", name, sorted(FAULTS))
     return FAULTS[name]
 
@@ -490,7 +534,9 @@ register(Fault(
     mechanism="the position id is cast to fp16 before the multiply; 70000 does not fit "
               "(max 65504) and becomes inf, and sin(inf) is NaN",
     needs="a sinusoidal encoding computed in the model's dtype, a pure-fp16 model, and "
-          "a stream that keeps counting positions across windows",
+          "a stream that keeps counting positions across windows; the bf16 cure works "
+          "because bf16 autocast computes the encoding in fp32 (amp_off would too): in a "
+          "pure-bf16 model 70000..70031 all round to 70144, no NaN but no position either",
     reveals="amp", cure="bf16", signature="nonfinite",
     params={"offset": Param(70_000, 0, 10**9)},
     conditions=lambda p: {"precision": "fp16-pure",
@@ -541,7 +587,13 @@ register(Fault(
 # ---------------------------------------------------------------------------------------
 @dataclass
 class FaultRun:
-    """The outcome of a run with a fault (and maybe fixes): its record and any crash."""
+    """The outcome of a run with a fault (and maybe fixes): its record and any crash.
+
+    >>> run = run_fault("nan_input", steps=60)  # doctest: +SKIP
+    >>> run.first_bad_step, run.error, run.record.losses()[40]  # doctest: +SKIP
+    (40, None, nan)
+    >>> run.trainer  # the trainer, for locate() and replays  # doctest: +SKIP
+    """
 
     fault: str | None
     params: dict
@@ -559,7 +611,11 @@ class FaultRun:
 
 
 def fault_config(name: str | None, base: TrainConfig | None = None, **params) -> TrainConfig:
-    """The TrainConfig of the built-in run with a fault's conditions applied."""
+    """The TrainConfig of the built-in run with a fault's conditions applied.
+
+    >>> fault_config("fp16_overflow").precision, fault_config("tiny_eps").model.norm_eps
+    ('fp16', 0.0)
+    """
     config = base or TrainConfig(progress=False)
     if name is None:
         return config
@@ -576,6 +632,12 @@ def run_fault(name: str | None, *, fixes=(), base: TrainConfig | None = None,
     A crash (e.g. an illegal label) is caught and reported in ``FaultRun.error``.
     ``stop_when_poisoned`` ends the run once a non-finite update reached the weights.
     ``callbacks`` is a list of ``(event, fn)`` pairs added to the trainer.
+
+    >>> bad = run_fault("nan_input", steps=60)  # doctest: +SKIP
+    >>> cured = run_fault("nan_input", fixes=["validate_data"], steps=60)  # doctest: +SKIP
+    >>> bad.first_bad_step, cured.first_bad_step  # doctest: +SKIP
+    (40, None)
+    >>> late = run_fault("nan_input", at_step=90, steps=100)   # a fault parameter  # doctest: +SKIP
     """
     from nanlab import fixes as fixes_mod
 
@@ -605,7 +667,16 @@ def run_fault(name: str | None, *, fixes=(), base: TrainConfig | None = None,
 
 def build_fault_trainer(name: str | None, config: TrainConfig, params: dict) -> Trainer:
     """A Trainer for ``config`` (the fault's conditions already in it) with the fault's
-    runtime part installed: the corrupted batches, the LR jump."""
+    runtime part installed: the corrupted batches, the LR jump.
+
+    Use it with :func:`execute` to add your own callbacks before the run starts.
+
+    >>> config = fault_config("nan_input", at_step=20).replace(steps=30)
+    >>> trainer = build_fault_trainer("nan_input", config, {"at_step": 20})
+    >>> run = execute(trainer, "nan_input", {"at_step": 20})  # doctest: +SKIP
+    >>> run.first_bad_step  # doctest: +SKIP
+    20
+    """
     trainer = Trainer(config)
     if name is None:
         return trainer
@@ -623,10 +694,19 @@ def build_fault_trainer(name: str | None, config: TrainConfig, params: dict) -> 
 
 def execute(trainer: Trainer, name: str | None = None, params: dict | None = None,
             fixes: list[str] | None = None) -> FaultRun:
-    """Run a trainer; a crash (what a real bad batch raises) is caught and recorded."""
+    """Run a trainer; a crash (what a real bad batch raises) is caught and recorded.
+
+    >>> trainer = build_fault_trainer("illegal_label", fault_config("illegal_label"),
+    ...                               {})  # doctest: +SKIP
+    >>> run = execute(trainer, "illegal_label")  # doctest: +SKIP
+    >>> run.error_step, run.error is not None  # doctest: +SKIP
+    (40, True)
+    """
     error = error_step = None
     try:
         trainer.run()
+    except NotImplementedError:
+        raise  # a learner's unfinished callback: let the lab's check say "not done yet"
     except (IndexError, RuntimeError) as e:
         error, error_step = f"{type(e).__name__}: {e}".splitlines()[0], trainer.step
         trainer.record.log_event("error", trainer.step, error=error)

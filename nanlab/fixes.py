@@ -24,7 +24,16 @@ from nanlab.train import TrainConfig, Trainer
 
 @dataclass(frozen=True)
 class Fix:
-    """One cure: what it does, what it changes in the config, what it installs."""
+    """One cure: what it does, what it changes in the config, what it installs.
+
+    ``change(config)`` returns the config changes (``{}``: installs something instead;
+    ``None``: does not apply to this config); ``install(trainer)`` adds callbacks.
+
+    >>> from nanlab.train import TrainConfig
+    >>> fix = get_fix("lr_div10")
+    >>> fix.configure(TrainConfig(lr=5e-3)).lr
+    0.0005
+    """
 
     name: str
     summary: str
@@ -147,7 +156,7 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
         lambda c: _only(
             (c.model.use_norms, c.model.residual, c.model.activation) != (True, True, "gelu"),
             {"model": {"use_norms": True, "residual": True, "activation": "gelu"}})),
-    Fix("norm_eps", "LayerNorm eps = 1e-5 (and Adam eps 1e-8 kept representable)",
+    Fix("norm_eps", "LayerNorm eps = 1e-5 (Adam's eps is not touched: see grad_scaler)",
         lambda c: _only(c.model.norm_eps < 1e-5, {"model": {"norm_eps": 1e-5}})),
     Fix("stable_softmax", "subtract the row max before exp (attention and loss)",
         lambda c: _only(c.model.softmax != "stable" or c.loss_impl != "torch",
@@ -162,6 +171,13 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
 
 
 def get_fix(name: str) -> Fix:
+    """The fix called ``name`` (one of ``FIXES``); a clear error names the choices.
+
+    >>> get_fix("grad_clip").name
+    'grad_clip'
+    >>> sorted(FIXES)[:3]  # doctest: +SKIP
+    ['amp_off', 'bf16', 'grad_clip']
+    """
     check_choice("fix", name, sorted(FIXES))
     return FIXES[name]
 

@@ -126,6 +126,10 @@ class Decision:
 
     ``action``: "ok", "skip" (drop this update), "stop" (end the run) or "rollback" (go
     back to ``to_step``, multiply the LR by ``lr_factor``, never train on ``skip_batches``).
+
+    >>> d = Guard("skip").check(7, loss=float("nan"), grad_norm=float("nan"))
+    >>> d.action, d.ok, d.trigger
+    ('skip', False, 'nonfinite')
     """
 
     action: str
@@ -519,8 +523,9 @@ class Guard:
 
         >>> from nanlab import faults
         >>> guard = Guard("skip")
-        >>> run = faults.run_fault("nan_input", steps=45, callbacks=guard.callbacks())
-        >>> guard.counts["skip"]
+        >>> run = faults.run_fault("nan_input", steps=45,
+        ...                        callbacks=guard.callbacks())  # doctest: +SKIP
+        >>> guard.counts["skip"]  # doctest: +SKIP
         1
         """
         return [("on_run_start", lambda tr, info: self._bind(tr)), *self._callbacks()]
@@ -572,11 +577,7 @@ class Guard:
         d, self._pending = self._pending, None
         scale = trainer.lr_scale * d.lr_factor  # compounding: each rollback cuts again
         trainer.restore(d.to_step)
-        trainer.lr_scale = scale  # restore() loaded the checkpoint's own lr_scale
-        sched = trainer.scheduler  # the next step must already run at the cut LR
-        for group, base, fn in zip(trainer.optimizer.param_groups, sched.base_lrs,
-                                   sched.lr_lambdas, strict=True):
-            group["lr"] = base * fn(sched.last_epoch)
+        trainer.set_lr_scale(scale)  # restore() loaded the checkpoint's own lr_scale
         trainer.skip_batches.update(d.skip_batches)
         if d.to_step in self._detector_at:
             self._load_detectors(self._detector_at[d.to_step])
@@ -742,7 +743,14 @@ def plain(batch: Any) -> Any:
 
 def frozen(obj: Any) -> Any:
     """A deep copy made through ``torch.save`` and a ``weights_only`` load: what you keep
-    is what a file would hold, and a later change to the live tensors cannot touch it."""
+    is what a file would hold, and a later change to the live tensors cannot touch it.
+
+    >>> live = {"w": torch.ones(2)}
+    >>> kept = frozen(live)
+    >>> _ = live["w"].add_(1)           # training goes on
+    >>> kept["w"]
+    tensor([1., 1.])
+    """
     buf = io.BytesIO()
     torch.save(obj, buf)
     return safe_load(buf.getvalue())

@@ -29,7 +29,18 @@ from nanlab.errors import NanlabError, check_choice, check_range
 
 @dataclass
 class GPTConfig:
-    """Shape and numerics of the toy model. Defaults give the clean baseline."""
+    """Shape and numerics of the toy model. Defaults give the clean baseline.
+
+    Every fault of the model flips one field; a bad value is refused with its range.
+
+    >>> GPTConfig().n_layer, GPTConfig().norm_eps
+    (2, 1e-05)
+    >>> tiny = GPTConfig(norm_eps=1e-12, norm_impl="manual")   # the tiny-eps fault
+    >>> GPTConfig(n_embd=65)
+    Traceback (most recent call last):
+    ...
+    nanlab.errors.NanlabError: GPTConfig.n_embd=65 is not allowed; it must be a multiple of n_head=4
+    """
 
     vocab_size: int = 32
     block_size: int = 32  # longest sequence the model accepts
@@ -91,7 +102,17 @@ class GPTConfig:
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm with a choice of arithmetic (see ``GPTConfig.norm_impl``)."""
+    """LayerNorm with a choice of arithmetic (see ``GPTConfig.norm_impl``).
+
+    A row with zero variance in fp16: the hand-written norm's eps rounds to 0 and the
+    row becomes 0 / 0 = NaN; ``F.layer_norm`` ("torch") computes in fp32 inside.
+
+    >>> x = torch.ones(1, 4, dtype=torch.float16)
+    >>> bool(LayerNorm(4, eps=1e-12, impl="manual").half()(x).isnan().all())
+    True
+    >>> bool(LayerNorm(4, eps=1e-12, impl="torch").half()(x).isfinite().all())
+    True
+    """
 
     def __init__(self, dim: int, eps: float, impl: str):
         super().__init__()
@@ -111,14 +132,26 @@ class LayerNorm(nn.Module):
 
 
 class AttentionScores(nn.Module):
-    """q @ k^T / sqrt(head_size): the attention logits, where fp16 overflow usually starts."""
+    """q @ k^T / sqrt(head_size): the attention logits, where fp16 overflow usually starts.
+
+    >>> q = torch.full((1, 1, 2, 4), 200.0)          # (B, heads, T, head_size)
+    >>> AttentionScores()(q, q).flatten().tolist()   # 4 * 200 * 200 / 2
+    [80000.0, 80000.0, 80000.0, 80000.0]
+    >>> bool(AttentionScores()(q.half(), q.half()).isinf().all())   # above 65504 in fp16
+    True
+    """
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         return (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
 
 
 class Softmax(nn.Module):
-    """Softmax over the last dim, stable (max subtracted first) or naive."""
+    """Softmax over the last dim, stable (max subtracted first) or naive.
+
+    >>> x = torch.tensor([1000.0, 0.0])
+    >>> Softmax("naive")(x), Softmax("stable")(x)   # naive: exp(1000) = inf, inf / inf
+    (tensor([nan, 0.]), tensor([1., 0.]))
+    """
 
     def __init__(self, kind: str):
         super().__init__()
@@ -133,7 +166,13 @@ class Softmax(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head self-attention written out step by step, nothing fused."""
+    """Multi-head self-attention written out step by step, nothing fused.
+
+    >>> attn = CausalSelfAttention(GPTConfig())
+    >>> attn(torch.randn(2, 8, 64)).shape            # (B, T, n_embd) in and out
+    torch.Size([2, 8, 64])
+    >>> print(inspect.getsource(CausalSelfAttention.forward))  # doctest: +SKIP
+    """
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -172,6 +211,12 @@ ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "sigmoid": nn.Sigmoid}
 
 
 class MLP(nn.Module):
+    """The feed-forward half of a block: Linear(C, 4C), the activation, Linear(4C, C).
+
+    >>> MLP(GPTConfig(activation="relu"))(torch.randn(2, 8, 64)).shape
+    torch.Size([2, 8, 64])
+    """
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
@@ -183,7 +228,12 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm residual block: x + attn(ln(x)), then x + mlp(ln(x))."""
+    """Pre-norm residual block: x + attn(ln(x)), then x + mlp(ln(x)).
+
+    >>> block = Block(GPTConfig())
+    >>> block(torch.randn(2, 8, 64)).shape
+    torch.Size([2, 8, 64])
+    """
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -209,6 +259,12 @@ class SinusoidalPositions(nn.Module):
     It is computed in the dtype of the model's weights: in a pure-fp16 model a
     position id past 65504 (absolute positions in a long stream) is already inf in
     fp16, and sin(inf) is NaN.
+
+    >>> pe = SinusoidalPositions(8)
+    >>> pe(torch.arange(3), torch.float32).shape      # (T, n_embd)
+    torch.Size([3, 8])
+    >>> bool(pe(torch.tensor([70000]), torch.float16).isnan().any())
+    True
     """
 
     def __init__(self, n_embd: int):
@@ -226,7 +282,16 @@ class SinusoidalPositions(nn.Module):
 
 
 class GPT(nn.Module):
-    """Decoder-only Transformer: tokens (+ float features) -> next-token logits."""
+    """Decoder-only Transformer: tokens (+ float features) -> next-token logits.
+
+    >>> from nanlab.data import CountingTask
+    >>> model = GPT(GPTConfig())
+    >>> batch = CountingTask(seed=0)(0)
+    >>> model(batch.tokens, batch.features).shape    # (B, T, vocab_size)
+    torch.Size([32, 32, 32])
+    >>> model.num_params() > 100_000
+    True
+    """
 
     def __init__(self, config: GPTConfig):
         super().__init__()

@@ -13,8 +13,8 @@ of a cell is drawn twice, once by the inline backend and once as the cell's valu
 - :func:`plot_param_stats`, :func:`plot_lr`, :func:`plot_compare`.
 
 >>> from nanlab.train import TrainConfig, train
->>> run = train(TrainConfig(steps=40, progress=False))
->>> fig = plot_loss(run)
+>>> run = train(TrainConfig(steps=40, progress=False))  # doctest: +SKIP
+>>> fig = plot_loss(run)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def plot_loss(record: RunRecord, *, ax: Axes | None = None, title: str | None = 
     step to the failed one, with an arrow back) and stops. Log y when the loss spans
     more than two decades.
 
-    >>> fig = plot_loss(run, title="fp16, lr=1.0")
+    >>> fig = plot_loss(run, title="fp16, lr=1.0")  # doctest: +SKIP
     """
     fig, ax = _figure(ax, (9, 4))
     rows = record.steps
@@ -195,8 +195,8 @@ def plot_grad_heatmap(record: RunRecord, stat: str = "grad_norm") -> Figure:
     the trouble starts. NaN cells are red, inf cells black, exact zeros light grey
     (a zero gradient is a dead layer, not a small one).
 
-    >>> fig = plot_grad_heatmap(run)                      # per-layer grad norm
-    >>> fig = plot_grad_heatmap(run, stat="act_absmax")
+    >>> fig = plot_grad_heatmap(run)                      # per-layer grad norm  # doctest: +SKIP
+    >>> fig = plot_grad_heatmap(run, stat="act_absmax")  # doctest: +SKIP
     """
     names, steps, grid = _need_layers(record, stat)
     fig, ax = plt.subplots(figsize=(9, 1.5 + 0.28 * len(names)), layout="constrained")
@@ -242,7 +242,7 @@ def plot_activation_absmax(record: RunRecord) -> Figure:
     An activation that crosses the fp16 line becomes inf under fp16 autocast; bf16
     and fp32 reach about 3.4e38, which is why bf16 rarely overflows.
 
-    >>> fig = plot_activation_absmax(run)
+    >>> fig = plot_activation_absmax(run)  # doctest: +SKIP
     """
     names, steps, grid = _need_layers(record, "act_absmax")
     fig, ax = plt.subplots(figsize=(10, 4.5), layout="constrained")
@@ -274,7 +274,7 @@ def plot_param_stats(record: RunRecord) -> Figure:
     The statistics pool all of a layer's parameters, so a LayerNorm (weight 1, bias 0)
     starts at mean 0.5 and std 0.5, and a GPT-2-style linear layer near 0 and 0.02.
 
-    >>> fig = plot_param_stats(run)
+    >>> fig = plot_param_stats(run)  # doctest: +SKIP
     """
     fig, (ax_mean, ax_std) = plt.subplots(2, 1, figsize=(10, 6), sharex=True,
                                           layout="constrained")
@@ -300,7 +300,7 @@ def plot_param_stats(record: RunRecord) -> Figure:
 def plot_lr(record: RunRecord, *, ax: Axes | None = None) -> Figure:
     """The learning rate per step: warmup and decay at a glance.
 
-    >>> fig = plot_lr(run)
+    >>> fig = plot_lr(run)  # doctest: +SKIP
     """
     fig, ax = _figure(ax, (5, 2.5))
     rows = [r for r, keep in zip(record.steps, kept_rows(record.steps), strict=True) if keep]
@@ -320,7 +320,7 @@ def plot_compare(records: Mapping[str, RunRecord], *, steps: int | tuple[int, in
     ``steps`` limits the x axis: ``n`` for steps 0..n, or ``(first, last)``.
     Each run's first non-finite step is a vertical line in its colour.
 
-    >>> fig = plot_compare({"clean": clean, "fp16, no scaler": broken}, steps=50)
+    >>> fig = plot_compare({"clean": clean, "fp16, no scaler": broken}, steps=50)  # doctest: +SKIP
     """
     if not records:
         raise NanlabError("records={} is empty; pass a dict of name -> RunRecord")

@@ -53,7 +53,12 @@ def expected_status(path) -> str | None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """After an nbval cell ran without error, fail it if a check line has the wrong status."""
+    """After an nbval cell ran without error, fail it if a check line has the wrong status.
+
+    A pytest hook: pytest calls it, you load the plugin. Example::
+
+        pytest -p nanlab.pytest_plugin --nbval-lax solutions labs
+    """
     result = yield
     outputs = getattr(item, "test_outputs", None)
     want = expected_status(getattr(item, "path", ""))

@@ -21,7 +21,13 @@ _QID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
 class QuizError(NanlabError):
-    """A question was defined wrongly (by an author, not a learner)."""
+    """A question was defined wrongly (by an author, not a learner).
+
+    >>> MultipleChoiceQuestion("q1", "Pick", ["a", "b"], answers=[5])
+    Traceback (most recent call last):
+    ...
+    nanlab.quiz.QuizError: q1: answers=[5] must be option indices from 0 to 1
+    """
 
 
 @dataclass
@@ -29,6 +35,14 @@ class Feedback:
     """The verdict on one answer: right or not, a score in 0..1 and a message for the learner.
 
     ``answered`` is False when there was nothing to grade (no selection, empty text).
+
+    >>> fb = OrderingQuestion("sop", "Order", ["data", "AMP off"]).grade(["AMP off", "data"])
+    >>> fb.correct, fb.score, fb.message
+    (False, 0.0, '0 of 2 positions right; score 0%.')
+    >>> print(fb.text())
+    0 of 2 positions right; score 0%.
+    position 1: AMP off (not here)
+    position 2: data (not here)
     """
 
     correct: bool

@@ -34,7 +34,17 @@ STREAMS = ("steps", "layers", "events")
 
 
 class RunRecord:
-    """In-memory record of a run, optionally mirrored to a folder as JSON Lines."""
+    """In-memory record of a run, optionally mirrored to a folder as JSON Lines.
+
+    The trainer fills it (``run = train(...)`` is a RunRecord); you read it.
+
+    >>> rec = RunRecord()                     # RunRecord("runs/x") also writes JSON Lines
+    >>> rec.log_step({"step": 0, "loss": 3.5, "finite": True})
+    >>> rec.log_step({"step": 1, "loss": float("nan"), "finite": False})
+    >>> rec.losses(), rec.first_nonfinite_step
+    (array([3.5, nan]), 1)
+    >>> run = RunRecord.load("runs/00_clean")  # doctest: +SKIP
+    """
 
     def __init__(self, directory: str | Path | None = None, manifest: dict | None = None):
         self.directory = Path(directory) if directory is not None else None
@@ -151,7 +161,11 @@ class RunRecord:
 
 
 def environment_info() -> dict:
-    """Versions and code commit for the manifest."""
+    """Versions and code commit for the manifest.
+
+    >>> sorted(environment_info())
+    ['git_commit', 'nanlab', 'numpy', 'platform', 'python', 'torch', 'torch_threads']
+    """
     import torch
 
     import nanlab
@@ -168,7 +182,12 @@ def environment_info() -> dict:
 
 
 def git_commit() -> str | None:
-    """The commit of the nanlab checkout, or None outside a git work tree."""
+    """The commit of the nanlab checkout, or None outside a git work tree.
+
+    >>> commit = git_commit()
+    >>> commit is None or len(commit) == 40
+    True
+    """
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,

@@ -84,6 +84,11 @@ class RubricResult:
 
     ``present``: points credited. ``missing``: points not credited (this includes
     ``unexplained``, the points that were named but only as bare keywords).
+
+    >>> point = KeyPoint("check the data first", ("check the data",))
+    >>> result = score_answer("I would check the data of the bad step first.", [point])
+    >>> result.score, result.present
+    (1.0, ['check the data first'])
     """
 
     score: float

@@ -19,7 +19,8 @@ Layout of the tags:
 TensorBoard is an optional extra: ``pip install nanlab[tensorboard]``.
 
 >>> from nanlab.train import TrainConfig, train
->>> logdir = export_tensorboard(train(TrainConfig(steps=40, progress=False)), "runs/clean")
+>>> run = train(TrainConfig(steps=40, progress=False))  # doctest: +SKIP
+>>> logdir = export_tensorboard(run, "runs/clean")  # doctest: +SKIP
 >>> # then: tensorboard --logdir runs
 """
 
@@ -58,7 +59,7 @@ def export_tensorboard(record: RunRecord, logdir: str | Path) -> Path:
     Scalars per step, per-layer scalars, histograms across layers and events as
     text; see the module docstring for the tags.
 
-    >>> export_tensorboard(run, "runs/fp16_no_scaler")
+    >>> export_tensorboard(run, "runs/fp16_no_scaler")  # doctest: +SKIP
     PosixPath('runs/fp16_no_scaler')
     """
     logdir = Path(logdir)

@@ -57,7 +57,16 @@ EVENTS = ("on_run_start", "on_step_start", "on_after_backward", "on_step_end",
 
 @dataclass
 class TrainConfig:
-    """Everything that decides a run. Defaults give the clean baseline."""
+    """Everything that decides a run. Defaults give the clean baseline.
+
+    >>> config = TrainConfig(steps=100, lr=5e-2, warmup_steps=0, precision="fp16")
+    >>> config.replace(lr=5e-3, model={"n_layer": 4}).model.n_layer   # a changed copy
+    4
+    >>> TrainConfig(precision="fp8")
+    Traceback (most recent call last):
+    ...
+    nanlab.errors.NanlabError: precision='fp8' is not allowed; choose one of ...
+    """
 
     steps: int = 200
     seed: int = 0
@@ -157,7 +166,13 @@ class TrainConfig:
 
 
 def resolve_device(name: str) -> torch.device:
-    """'auto' -> CUDA when present, else CPU; asking for CUDA without it is an error."""
+    """'auto' -> CUDA when present, else CPU; asking for CUDA without it is an error.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    >>> resolve_device("auto")  # doctest: +SKIP
+    device(type='cuda')
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -167,7 +182,12 @@ def resolve_device(name: str) -> torch.device:
 
 
 def default_task(config: TrainConfig) -> CountingTask:
-    """The counting task sized to the model (the pad token, if any, is the last id)."""
+    """The counting task sized to the model (the pad token, if any, is the last id).
+
+    >>> task = default_task(TrainConfig(batch_size=8))
+    >>> task.vocab_size, tuple(task(0).tokens.shape)
+    (32, (8, 32))
+    """
     m = config.model
     padded = m.pad_id is not None
     return CountingTask(seed=config.seed, batch_size=config.batch_size, seq_len=m.block_size,
@@ -185,6 +205,14 @@ def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False) -
     ``TrainConfig.loss_impl``). ``z_loss`` adds ``z_loss * log(Z)^2`` (Z = the softmax
     normaliser, PaLM's auxiliary loss): it pulls the output logits' scale back towards
     zero, so they cannot drift up.
+
+    >>> batch = default_task(TrainConfig())(0)
+    >>> model = GPT(GPTConfig())
+    >>> abs(lm_loss(model, batch).item() - math.log(32)) < 0.1   # a fresh model: ln(vocab)
+    True
+    >>> batch.targets[:] = IGNORE_INDEX                             # every target masked
+    >>> lm_loss(model, batch).isnan().item()                       # 0 / 0
+    True
     """
     logits = model(batch.tokens, batch.features).flatten(0, 1)  # (B*T, V)
     targets = batch.targets.flatten()
@@ -207,6 +235,10 @@ def lr_factor(step: int, config: TrainConfig) -> float:
 
     step < warmup:  (step + 1) / warmup        ramps 1/warmup ... 1
     after warmup:   min + (1 - min) * (1 + cos(pi * progress)) / 2, progress 0 -> 1
+
+    >>> config = TrainConfig(steps=100, warmup_steps=20, min_lr_ratio=0.1)
+    >>> [round(lr_factor(s, config), 3) for s in (0, 19, 20, 99)]
+    [0.05, 1.0, 1.0, 0.1]
     """
     if step < config.warmup_steps:
         return (step + 1) / config.warmup_steps
@@ -222,6 +254,10 @@ def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype | None 
     """Move a batch (tensor, dataclass, dict, list or tuple of them) to ``device``.
 
     ``float_dtype`` also casts floating-point tensors (a pure-fp16 model needs fp16 inputs).
+
+    >>> to_device({"x": torch.ones(2), "y": torch.zeros(2).long()}, torch.device("cpu"),
+    ...           float_dtype=torch.float16)
+    {'x': tensor([1., 1.], dtype=torch.float16), 'y': tensor([0, 0])}
     """
     if isinstance(batch, torch.Tensor):
         if float_dtype is not None and batch.is_floating_point():
@@ -239,7 +275,13 @@ def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype | None 
 
 
 def global_grad_norm(params: list[nn.Parameter]) -> torch.Tensor:
-    """The L2 norm of all gradients together, as a tensor (no host sync)."""
+    """The L2 norm of all gradients together, as a tensor (no host sync).
+
+    >>> net = nn.Linear(2, 1)
+    >>> net(torch.ones(1, 2)).sum().backward()      # grads: weight [1, 1], bias [1]
+    >>> global_grad_norm(list(net.parameters()))    # sqrt(3)
+    tensor(1.7321)
+    """
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(())
@@ -249,7 +291,14 @@ def global_grad_norm(params: list[nn.Parameter]) -> torch.Tensor:
 
 @dataclass
 class StepInfo:
-    """What the callbacks see of one step. Set ``skip`` to drop the optimizer update."""
+    """What the callbacks see of one step. Set ``skip`` to drop the optimizer update.
+
+    >>> def skip_bad(trainer, info):                  # an on_after_backward callback
+    ...     if not info.finite:
+    ...         info.skip, info.skip_reason = True, "non-finite loss or gradient"
+    >>> trainer = Trainer(TrainConfig(steps=5, progress=False))
+    >>> trainer.add_callback("on_after_backward", skip_bad)
+    """
 
     step: int
     batch_index: int
@@ -265,7 +314,22 @@ class StepInfo:
 
 
 class Trainer:
-    """Trains any model on any batch source; see the module docstring."""
+    """Trains any model on any batch source; see the module docstring.
+
+    Without ``model`` / ``batches`` / ``loss_fn`` it trains the toy Transformer on the
+    counting task. Your own model, data and loss:
+
+    >>> net = nn.Linear(3, 1)
+    >>> data = lambda i: (torch.randn(8, 3), torch.zeros(8, 1))     # batch number i
+    >>> mse = lambda model, b: F.mse_loss(model(b[0]), b[1])
+    >>> trainer = Trainer(TrainConfig(steps=3, progress=False), model=net, batches=data,
+    ...                   loss_fn=mse)
+    >>> trainer.add_callback("on_after_backward", lambda tr, info: print(info.step, info.finite))
+    >>> run = trainer.run()
+    0 True
+    1 True
+    2 True
+    """
 
     def __init__(
         self,
@@ -344,6 +408,22 @@ class Trainer:
     def trigger_callbacks(self, event: str, info: StepInfo | None = None) -> None:
         for fn in self.callbacks[event]:
             fn(self, info)
+
+    def set_lr_scale(self, scale: float) -> None:
+        """Multiply the scheduled LR by ``scale`` from the next step on (a recovery's LR cut).
+
+        The optimizer's LR is updated at once, so the very next step already runs at the
+        new rate; the scale is saved in checkpoints and restored with them.
+
+        >>> trainer = Trainer(TrainConfig(steps=5, progress=False))  # doctest: +SKIP
+        >>> trainer.set_lr_scale(0.1)  # doctest: +SKIP
+        """
+        check_range("scale", scale, 0.0, integer=False)
+        self.lr_scale = float(scale)
+        sched = self.scheduler
+        for group, base, fn in zip(self.optimizer.param_groups, sched.base_lrs,
+                                   sched.lr_lambdas, strict=True):
+            group["lr"] = base * fn(sched.last_epoch)
 
     # -- checkpoints ---------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -534,5 +614,12 @@ def _absmax_hook(store: dict[str, torch.Tensor], name: str):
 
 
 def train(config: TrainConfig | None = None, **kwargs) -> RunRecord:
-    """Build a :class:`Trainer` and run it: ``train(TrainConfig(steps=200))``."""
+    """Build a :class:`Trainer` and run it: ``train(TrainConfig(steps=200))``.
+
+    ``kwargs`` go to :class:`Trainer` (``model=``, ``batches=``, ``loss_fn=``, ...).
+
+    >>> run = train(TrainConfig(steps=200))       # the clean baseline  # doctest: +SKIP
+    >>> run.first_nonfinite_step, bool(run.losses()[-1] < 0.1)  # doctest: +SKIP
+    (None, True)
+    """
     return Trainer(config, **kwargs).run()

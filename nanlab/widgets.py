@@ -38,7 +38,15 @@ _WIDE = w.Layout(width="auto")
 class QuestionWidget:
     """Shared shell: prompt, answer controls, Check and Hint buttons, feedback, hints.
 
-    Subclasses build ``self.controls`` and implement ``_grade()``.
+    Subclasses build ``self.controls`` and implement ``_grade()``. Use one of them:
+    :class:`MultipleChoice`, :class:`Ordering`, :class:`RootCause`, :class:`FreeText`;
+    each has the attributes below.
+
+    >>> q = MultipleChoice("w-demo", "Largest finite fp16?", ["65504", "65536"], 0)
+    >>> q.choices.value = "65536"
+    >>> q.check_button.click()
+    >>> q.feedback_text()
+    "Not quite: '65536' is not the answer. Try again."
     """
 
     def __init__(self, question: Any, controls: list[w.Widget], lab: str | None = None):

@@ -122,7 +122,7 @@ def test_recover_survives_two_failures_and_ends_near_the_clean_run():
 def test_recover_gives_up_loudly_after_max_rollbacks():
     guard = Guard("recover", max_rollbacks=1)
     run = faults.run_fault("high_lr", steps=40, record_every=0, checkpoint_every=10,
-                           callbacks=guard.callbacks())  # SGD at LR 3: NaN at step 30
+                           callbacks=guard.callbacks())  # AdamW at LR 0.2 in fp16: NaN near step 28
     assert run.trainer.stop_requested
     assert "gave up" in run.trainer.stop_reason and "max_rollbacks=1" in run.trainer.stop_reason
     assert kinds(run.record.events)[-5:] == ["guard", "give_up", "snapshot", "skip", "stop"]

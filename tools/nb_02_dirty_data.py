@@ -775,9 +775,9 @@ CELLS = [
 
         Contain vs cure (止损 vs 根治) is a distinction interviewers like: a guard buys you
         time, the root-cause fix ends the problem. `all_masked` is left out of this matrix
-        on purpose: its bad step has a NaN loss but zero gradients, and the matrix's rule
-        ("a non-finite step that was not skipped reached the weights") would call it
-        poisoned when section 3b measured that it is not.
+        to keep it short: its bad step has a NaN loss but zero gradients (section 3b), so
+        the full matrix (`nanlab matrix`) reports it as "not cured, the weights stayed
+        finite": a NaN in the log is still a failure to explain, even when it did no harm.
 
         ## 6. Practice
         Interview-style questions on what you just measured. Answer, then **Check**;

@@ -1,0 +1,78 @@
+"""The API documents itself: ``help()`` on any public name shows an example to paste.
+
+Public means: a function or class defined in a ``nanlab`` module, with no leading
+underscore, and in ``__all__`` when the module has one. Its docstring must hold an
+example: a ``>>>`` line (a doctest) or an ``Example::`` block. The package docstring
+(``help(nanlab)``) names every module on a line of its own. The doctests themselves run
+here too, fast ones for real; slow ones are marked ``# doctest: +SKIP``.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import inspect
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+import nanlab
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = sorted(p.stem for p in (ROOT / "nanlab").glob("*.py")
+                 if p.stem not in ("__init__", "__main__"))
+EXAMPLE = re.compile(r"^\s*>>> |Examples?::", re.M)
+DOCTEST_BUDGET_S = 60.0  # per module, generous for a loaded machine; slow examples get +SKIP
+
+
+def public_names(module) -> list[tuple[str, object]]:
+    """(name, object) of the module's own public functions and classes."""
+    listed = getattr(module, "__all__", None)
+    out = []
+    for name, obj in vars(module).items():
+        if name.startswith("_") or (listed is not None and name not in listed):
+            continue
+        if (inspect.isfunction(obj) or inspect.isclass(obj)) and \
+                getattr(obj, "__module__", None) == module.__name__:
+            out.append((name, obj))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_public_name_has_an_example(name):
+    module = importlib.import_module(f"nanlab.{name}")
+    assert module.__doc__ and module.__doc__.strip(), f"nanlab.{name} has no module docstring"
+    missing = [n for n, obj in public_names(module)
+               if not (obj.__doc__ and EXAMPLE.search(inspect.cleandoc(obj.__doc__)))]
+    assert not missing, (
+        f"nanlab.{name}: no example ('>>>' line or 'Example::' block) in the docstring of "
+        f"{', '.join(missing)}")
+
+
+def test_package_docstring_names_every_module_on_its_own_line():
+    doc = nanlab.__doc__ or ""
+    listed = re.findall(r"^- ``nanlab\.(\w+)``", doc, re.M)
+    assert sorted(listed) == sorted(set(listed)), f"named twice in help(nanlab): {listed}"
+    missing = sorted(set(MODULES) - set(listed))
+    unknown = sorted(set(listed) - set(MODULES))
+    assert not missing, f"help(nanlab) does not list (one '- ``nanlab.x``' line each): {missing}"
+    assert not unknown, f"help(nanlab) lists modules that do not exist: {unknown}"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests_pass(name, tmp_path, monkeypatch):
+    module = importlib.import_module(f"nanlab.{name}")
+    monkeypatch.chdir(tmp_path)  # an example that writes files writes them here
+    flags = doctest.ELLIPSIS  # as pytest --doctest-modules; anything else needs a directive
+    runner = doctest.DocTestRunner(optionflags=flags)
+    start = time.perf_counter()
+    for test in doctest.DocTestFinder(exclude_empty=True).find(module):
+        runner.run(test)
+    elapsed = time.perf_counter() - start
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, f"nanlab.{name}: {result.failed} doctest example(s) failed " \
+                               "(see the captured output above)"
+    assert elapsed < DOCTEST_BUDGET_S, (
+        f"nanlab.{name}: doctests took {elapsed:.1f} s; mark slow examples +SKIP")

@@ -1,0 +1,142 @@
+"""The two ways to install agree: environment.yml (conda / Binder) and pyproject.toml (pip).
+
+environment.yml installs, under ``pip:``, exactly the packages of pyproject's
+``[project] dependencies`` plus its ``test`` extra, with the same version specifiers,
+plus nanlab itself (``-e .``); conda itself provides only python and pip. Its python
+satisfies ``requires-python``, and ruff targets the oldest python allowed. Every notebook
+runs on the ``python3`` kernel, the one ``make lab`` and Binder both have.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+ENV_TEXT = (ROOT / "environment.yml").read_text()
+
+
+def _parse_env(text: str) -> dict:
+    """environment.yml as a dict: PyYAML when present, else this file's simple structure."""
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - PyYAML comes with jupyter-events
+        return _tiny_yaml(text)
+    return yaml.safe_load(text)
+
+
+def _tiny_yaml(text: str) -> dict:
+    """Just enough YAML for environment.yml: ``key: value``, ``key:`` + ``- item`` lists,
+    and one nested ``- pip:`` list. Comments and quotes are stripped."""
+    out: dict = {}
+    key, pip = None, None
+    for raw in text.splitlines():
+        line = re.sub(r"\s+#.*$|^#.*$", "", raw).rstrip()
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        body = line.strip()
+        if indent == 0:
+            key, _, value = body.partition(":")
+            out[key] = value.strip() or []
+            pip = None
+        elif body.startswith("- ") and pip is not None and indent > pip[0]:
+            pip[1].append(body[2:].strip().strip("'\""))
+        elif body.startswith("- "):
+            item = body[2:].strip().strip("'\"")
+            if item.endswith(":"):
+                pip = (indent, [])
+                out[key].append({item[:-1]: pip[1]})
+            else:
+                pip = None
+                out[key].append(item)
+    return out
+
+
+ENV = _parse_env(ENV_TEXT)
+
+
+def _conda_and_pip() -> tuple[list[str], list[str]]:
+    conda, pip = [], []
+    for dep in ENV["dependencies"]:
+        if isinstance(dep, dict):
+            pip += [str(d) for d in dep.get("pip", [])]
+        else:
+            conda.append(str(dep))
+    return conda, pip
+
+
+def _by_name(reqs: list[str]) -> dict[str, SpecifierSet]:
+    out = {}
+    for text in reqs:
+        req = Requirement(text)
+        name = canonicalize_name(req.name)
+        assert name not in out, f"{name} listed twice"
+        out[name] = req.specifier
+    return out
+
+
+def test_tiny_yaml_parser_agrees_with_pyyaml():
+    yaml = pytest.importorskip("yaml")
+    assert _tiny_yaml(ENV_TEXT) == yaml.safe_load(ENV_TEXT)
+
+
+def test_environment_yml_has_the_pyproject_packages_and_specifiers():
+    project = PYPROJECT["project"]
+    wanted = _by_name(project["dependencies"] + project["optional-dependencies"]["test"])
+    conda, pip = _conda_and_pip()
+    assert "-e ." in pip, "environment.yml must install nanlab itself: '- -e .' under pip"
+    env = _by_name([p for p in pip if not p.startswith("-")])
+    missing = sorted(set(wanted) - set(env))
+    extra = sorted(set(env) - set(wanted))
+    assert not missing, f"in pyproject.toml but not in environment.yml: {missing}"
+    assert not extra, f"in environment.yml but not in pyproject.toml (dependencies or the " \
+                      f"test extra): {extra}"
+    differ = {n: (str(wanted[n]), str(env[n])) for n in wanted if wanted[n] != env[n]}
+    assert not differ, f"specifiers differ (pyproject, environment.yml): {differ}"
+    conda_names = sorted(re.split(r"[=<>!~ ]", c)[0] for c in conda)
+    assert conda_names == ["pip", "python"], (
+        f"conda packages besides python and pip: {conda_names}; list them under pip: so "
+        "they match pyproject.toml")
+
+
+def test_python_version_agrees():
+    requires = SpecifierSet(PYPROJECT["project"]["requires-python"])
+    conda, _ = _conda_and_pip()
+    (python,) = [c for c in conda if re.match(r"python\b", c)]
+    m = re.fullmatch(r"python\s*=?=\s*(\d+\.\d+)(\.\*)?", python)
+    assert m, f"environment.yml: pin python as python=3.X, got {python!r}"
+    assert Version(m.group(1)) in requires, (
+        f"environment.yml python {m.group(1)} is outside requires-python {requires}")
+    oldest = min(Version(s.version) for s in requires if s.operator in (">=", "~="))
+    target = PYPROJECT["tool"]["ruff"]["target-version"]
+    assert target == f"py{oldest.major}{oldest.minor}", (
+        f"ruff target-version {target} but requires-python {requires}")
+
+
+NOTEBOOKS = sorted(p for d in ("solutions", "labs") for p in (ROOT / d).glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_notebook_uses_the_python3_kernel(path):
+    spec = json.loads(path.read_text())["metadata"].get("kernelspec", {})
+    assert spec.get("name") == "python3", f"{path}: kernelspec {spec!r}, want name python3"
+    assert spec.get("language", "python") == "python"
+
+
+def test_there_are_notebooks():
+    assert {p.parent.name for p in NOTEBOOKS} == {"solutions", "labs"}

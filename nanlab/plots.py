@@ -170,15 +170,23 @@ def plot_loss(record: RunRecord, *, ax: Axes | None = None, title: str | None = 
         if to_step is None:
             ax.axvline(event["step"], color="C2", ls="--", lw=1, label=label)
             continue
-        ax.axvspan(to_step, event["step"], color="C2", alpha=0.12, label=label)
-        ax.annotate(f"{event['step']} -> {to_step}", xy=(to_step, 0.85),
-                    xytext=(event["step"], 0.85), xycoords=ax.get_xaxis_transform(),
+        if to_step < event["step"]:
+            ax.axvspan(to_step, event["step"], color="C2", alpha=0.12, label=label)
+        else:  # back to the start of the failed step itself: a span of zero width
+            ax.axvline(to_step, color="C2", lw=3, alpha=0.35, label=label)
+        height = 0.85 - 0.07 * (i % 4)  # stagger, so repeated rollbacks stay readable
+        ax.annotate(f"{event['step']} -> {to_step}", xy=(to_step, height),
+                    xytext=(event["step"], height), xycoords=ax.get_xaxis_transform(),
                     ha="right", va="bottom", color="C2", fontsize=8,
                     arrowprops={"arrowstyle": "->", "color": "C2", "lw": 1.5})
 
-    for i, event in enumerate(e for e in record.events if e["kind"] == "stop"):
+    for event in (e for e in record.events if e["kind"] == "lr_cut"):
+        ax.annotate(f"LR x{event.get('factor', 0):g}", xy=(event["step"], 0.55),
+                    xycoords=ax.get_xaxis_transform(), color="C2", fontsize=8, ha="center")
+    for i, event in enumerate(e for e in record.events if e["kind"] in ("stop", "give_up")):
+        what = "guard gave up" if event["kind"] == "give_up" else "stop"
         ax.axvline(event["step"], color="black", ls=":", lw=1.5,
-                   label=f"stop at step {event['step']}" if i == 0 else None)
+                   label=f"{what} at step {event['step']}" if i == 0 else None)
 
     ax.set_xlabel("step")
     ax.set_ylabel("loss" + (" (log scale)" if ax.get_yscale() == "log" else ""))
@@ -329,10 +337,16 @@ def plot_compare(records: Mapping[str, RunRecord], *, steps: int | tuple[int, in
                              layout="constrained", squeeze=False)
     axes = axes[:, 0]
     names = ("loss", "grad_norm")[:panels]
+    lo, hi = (None, None) if steps is None else (0, steps) if isinstance(steps, int) else steps
+    shown: dict[str, list[float]] = {name: [] for name in names}
+
+    def inside(step: float) -> bool:
+        return steps is None or lo <= step <= hi
+
     for i, (label, record) in enumerate(records.items()):
         color = f"C{i % 10}"
         rows = [r for r, keep in zip(record.steps, kept_rows(record.steps), strict=True)
-                if keep]
+                if keep and inside(r["step"])]  # markers outside the window would stretch it
         rows.sort(key=lambda r: r["step"])
         x = np.array([r["step"] for r in rows], dtype=float)
         for ax, name in zip(axes, names, strict=True):
@@ -341,20 +355,20 @@ def plot_compare(records: Mapping[str, RunRecord], *, steps: int | tuple[int, in
                          dtype=float)
             ax.plot(x, np.where(np.isfinite(y), y, np.nan), color=color, lw=1.4, label=label)
             _rug(ax, x[present & ~np.isfinite(y)], 0.97, marker="x", color=color, ms=5)
+            shown[name] += list(y)
         first = record.first_nonfinite_step
-        if first is not None:
+        if first is not None and inside(first):
             for ax in axes:
                 ax.axvline(first, color=color, ls="--", lw=1,
                            label=f"{label}: first non-finite at step {first}"
                            if ax is axes[0] else None)
     for ax, name in zip(axes, names, strict=True):
-        values = np.concatenate([r.column(name) for r in records.values()])
+        values = np.array(shown[name], dtype=float)
         if name == "grad_norm" or _spans_decades(values):
             ax.set_yscale("log")
         ax.set_ylabel(name.replace("_", " ") + (" (log)" if ax.get_yscale() == "log" else ""))
         ax.grid(alpha=0.3)
     if steps is not None:
-        lo, hi = (0, steps) if isinstance(steps, int) else steps
         axes[-1].set_xlim(lo, hi)
     axes[0].set_title("Runs compared: " + " vs ".join(records))
     axes[0].legend(fontsize=8, loc="best")

@@ -123,6 +123,29 @@ def test_plot_loss_marks_spikes_inf_skips_rollbacks_and_stops():
     assert any(t.get_text() == "22 -> 10" for t in ax.texts)
 
 
+def test_plot_loss_marks_a_rollback_to_the_failed_step_an_lr_cut_and_giving_up():
+    rec = make_record([3.0 - 0.05 * s for s in range(30)])
+    rec.log_event("rollback", 12, to_step=12)  # back to the start of the failed step
+    rec.log_event("lr_cut", 12, factor=0.1)
+    rec.log_event("give_up", 20, reason="max rollbacks")
+    fig = plots.plot_loss(rec)
+    ax = fig.axes[0]
+    assert list(lines_labelled(fig, "rollback")[0].get_xdata()) == [12, 12]  # a line, not
+    assert not any("rollback" in p.get_label() for p in ax.patches)          # an empty span
+    assert any(t.get_text() == "LR x0.1" for t in ax.texts)
+    assert lines_labelled(fig, "guard gave up at step 20")
+
+
+def test_plot_compare_window_keeps_every_marker_inside_it():
+    bad = make_record([3.0 - 0.05 * s for s in range(20)] + [NAN] * 20)
+    clean = make_record([3.0 - 0.05 * s for s in range(40)])
+    fig = plots.plot_compare({"clean": clean, "bad": bad}, steps=(5, 15))
+    for ax in fig.axes:
+        assert ax.get_xlim() == (5, 15)
+        xs = [x for line in ax.get_lines() for x in line.get_xdata()]
+        assert xs and all(5 <= x <= 15 for x in xs), sorted(set(xs))
+
+
 def test_plot_loss_draws_the_rolled_back_branch_apart():
     rec = make_record([3.0, 2.9, 2.8, 2.7])
     rec.steps += [dict(r, loss=r["loss"] - 0.5) for r in rec.steps[2:]]  # steps 2, 3 again

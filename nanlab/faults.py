@@ -477,9 +477,9 @@ register(Fault(
 register(Fault(
     name="bad_init", family="bad_init",
     summary="init std 1.0 (50x GPT-2's 0.02) in a deep stack without LayerNorm",
-    mechanism="each layer multiplies the activations by about std * sqrt(fan_in), so the "
-              "logits reach ~1e30 and the gradients overflow fp32 to inf; Adam's update "
-              "inf / inf is NaN",
+    mechanism="each layer multiplies the activations by about std * sqrt(fan_in); by the "
+              "last blocks an attention score q @ k overflows fp32 to inf, and the softmax's "
+              "inf - inf makes the loss NaN at step 0, in the first forward pass",
     needs="no normalisation between layers (a plain deep stack); fp32 is enough",
     reveals="init_eps", cure="sane_init", signature="nonfinite",
     params={"init_std": Param(1.0, 0.0, 100.0), "n_layer": Param(6, 1, 64)},
@@ -652,7 +652,12 @@ def run_fault(name: str | None, *, fixes=(), base: TrainConfig | None = None,
     config = base.replace(**fault.conditions(p)) if fault else base
     fix_objs = [fixes_mod.get_fix(f) for f in fixes]
     for fix in fix_objs:
-        config = fix.configure(config)
+        changed = fix.configure(config)
+        if changed is None:  # e.g. amp_off on a run that is already fp32
+            raise NanlabError(
+                f"fix {fix.name!r} changes nothing in this run ({fix.summary}); a replay "
+                f"with it would be the same run. Pick a fix that applies (matrix: n/a)")
+        config = changed
     trainer = build_fault_trainer(name, config, p)
     trainer.record.manifest["fixes"] = list(fixes)
     trainer.record.write_manifest()

@@ -37,7 +37,7 @@ class Fix:
 
     name: str
     summary: str
-    change: Callable[[TrainConfig], dict]  # config changes; {} means not applicable
+    change: Callable[[TrainConfig], dict]  # config changes; None: does not apply
     install: Callable[[Trainer], None] = lambda trainer: None
 
     def configure(self, config: TrainConfig) -> TrainConfig | None:

@@ -390,6 +390,9 @@ class Trainer:
             "fault": None,
             "device": str(self.device),
             "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+            # the optimizer really used: a caller's own (e.g. NAdam) overrides config.optimizer
+            "optimizer_class": f"{type(self.optimizer).__module__}."
+                               f"{type(self.optimizer).__qualname__}",
             "num_params": sum(p.numel() for p in model.parameters()),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **environment_info(),

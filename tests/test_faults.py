@@ -266,3 +266,9 @@ def test_matrix_table_and_wrong_fixes():
     assert "nan_input" in table and "validate_data" in table and "n/a" in table
     data = m.to_dict()
     assert {c["fault"] for c in data["cells"]} == {"nan_input", "tiny_eps"}
+
+
+def test_a_fix_that_changes_nothing_is_an_error_not_a_silent_clean_run():
+    """amp_off on an fp32 run would replay the same run: say so instead of running."""
+    with pytest.raises(NanlabError, match="fix 'amp_off' changes nothing in this run"):
+        faults.run_fault("tiny_eps", fixes=["amp_off"], steps=2)

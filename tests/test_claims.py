@@ -1,0 +1,50 @@
+"""The claims map: every claim of the article is covered by a lab section that exists."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from nanlab import claims
+
+ROOT = Path(__file__).resolve().parents[1]
+BRIEF = ROOT.parent / "shared" / "brief" / "CLAIMS.md"
+
+
+def test_every_claim_is_covered_by_an_existing_lab_section():
+    assert claims.problems(ROOT / "solutions") == []
+
+
+def test_a_missing_heading_or_an_uncovered_claim_is_reported(monkeypatch):
+    broken = (claims.Claim("C1", "t", "s", "reproduced", (("03_learning_rate", "## Nope"),)),
+              claims.Claim("C2", "t", "s", "reproduced", ()),
+              claims.Claim("C3", "t", "s", "reproduced", (("99_missing", "## Setup"),)))
+    monkeypatch.setattr(claims, "CLAIMS", broken)
+    found = claims.problems(ROOT / "solutions")
+    assert found[0] == "C1: " + str(ROOT / "solutions" / "03_learning_rate.ipynb") \
+        + " has no heading '## Nope'"
+    assert found[1] == "C2: covered by no lab"
+    assert found[2].startswith("C3: ") and found[2].endswith("does not exist")
+
+
+def test_ids_are_unique_and_verdicts_known():
+    ids = [c.id for c in claims.CLAIMS]
+    assert len(ids) == len(set(ids))
+    assert {c.verdict for c in claims.CLAIMS} <= {"reproduced", "corrected", "extended"}
+    assert {c.id[0] for c in claims.CLAIMS} == set(claims.GROUPS)
+
+
+def test_unknown_id_is_a_clear_error():
+    with pytest.raises(claims.ClaimError, match="unknown claim id 'X9'; known ids: C1, C2"):
+        claims.get("X9")
+
+
+def test_docs_claims_md_is_generated_from_the_list():
+    assert (ROOT / "docs" / "claims.md").read_text(encoding="utf-8") == claims.markdown()
+
+
+@pytest.mark.skipif(not BRIEF.exists(), reason="the course brief is not beside this clone")
+def test_the_list_has_every_id_of_the_brief():
+    brief_ids = set(re.findall(r"^\| ([CBMVI]\d+) \|", BRIEF.read_text(encoding="utf-8"), re.M))
+    ours = {c.id for c in claims.CLAIMS}
+    assert brief_ids and brief_ids <= ours, sorted(brief_ids - ours)

@@ -12,6 +12,7 @@ Modules, one idea each (``help(nanlab.<module>)`` for more, with examples):
 - ``nanlab.matrix``     the fault x fix matrix, measured
 - ``nanlab.locate``     replay the first bad step; name the module, pass and tensor that went bad
 - ``nanlab.diagnose``   the SOP automated: data -> AMP off -> LR / 10 -> grad norms -> init / eps
+- ``nanlab.mystery``    mystery runs: a fault drawn from a seed and sealed, to find and grade
 - ``nanlab.guard``      stop / skip / recover around the optimizer step; the spike detector
 - ``nanlab.distributed`` every data-parallel rank takes the same guard decision
 - ``nanlab.signals``    reading a loss curve: spikes, recovery, stalls

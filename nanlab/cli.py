@@ -158,6 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     loc.add_argument("--json", action="store_true")
     loc.set_defaults(func=cmd_locate)
 
+    mys = sub.add_parser("mystery", help="make, reveal or grade a run with a hidden fault")
+    mys.add_argument("action", choices=("make", "reveal", "grade"))
+    mys.add_argument("run_dir", help="the mystery's run folder")
+    mys.add_argument("answer", nargs="?", default="", help="grade: a fault or SOP step")
+    mys.add_argument("--seed", type=_positive_int, default=0, help="make: which mystery")
+    mys.set_defaults(func=cmd_mystery)
+
     from nanlab import course
 
     course.add_parser(sub)
@@ -176,6 +183,33 @@ def cmd_diagnose(args) -> int:
 
     d = diagnose(args.run_dir)
     print(json.dumps(_json_safe(d.to_dict())) if args.json else d.report())
+    return 0
+
+
+def cmd_mystery(args) -> int:
+    """``nanlab mystery make|reveal|grade RUN_DIR``: a run whose fault a learner must find.
+
+    Example::
+
+        nanlab mystery make runs/mystery-7 --seed 7    # hand the folder to a learner
+        nanlab diagnose runs/mystery-7                 # what the learner may run
+        nanlab mystery grade runs/mystery-7 lr         # a fault name or an SOP step
+        nanlab mystery reveal runs/mystery-7
+
+    >>> main(["mystery", "reveal", "runs/mystery-7"])  # doctest: +SKIP
+    """
+    from nanlab import mystery
+
+    if args.action == "make":
+        folder = mystery.make(args.seed, args.run_dir)
+        print(f"mystery {args.seed} written to {folder} (fault sealed); "
+              f"learners: nanlab diagnose {folder}")
+    elif args.action == "reveal":
+        truth = mystery.reveal(args.run_dir)
+        print(f"{truth['name']}: {truth['summary']}")
+        print(f"revealed by SOP step {truth['sop_step']}; cure: {truth['cure']}")
+    else:
+        print(mystery.grade(args.run_dir, args.answer))
     return 0
 
 

@@ -498,6 +498,10 @@ def load_run(directory: str | Path) -> faults_mod.FaultRun:
     manifest = json.loads((directory / "manifest.json").read_text())
     config = TrainConfig.from_dict(manifest["config"]).replace(out_dir=None, progress=False)
     fault = manifest.get("fault") or {}
+    if "sealed" in fault:  # a mystery run (nanlab.mystery): the replays still need the fault
+        from nanlab.mystery import unseal
+
+        fault = unseal(fault["sealed"])
     trainer = faults_mod.build_fault_trainer(fault.get("name"), config, fault.get("params", {}))
     for name in manifest.get("fixes") or []:
         fixes_mod.get_fix(name).install(trainer)

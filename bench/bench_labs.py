@@ -23,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB_LIMIT_S = 90
@@ -51,20 +52,27 @@ def main() -> None:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     scratch = Path(tempfile.mkdtemp(prefix="nanlab-bench-labs-"))
     os.environ["NANLAB_PROGRESS"] = str(scratch / "progress.json")
-    times = {}
+    times: dict[str, float] = {}
+    failed: dict[str, str] = {}
     try:
         for path in paths:
             work = scratch / path.stem
             work.mkdir()
-            times[path.stem] = round(run_notebook(path, work), 1)
+            try:
+                times[path.stem] = round(run_notebook(path, work), 1)
+            except CellExecutionError as err:  # report it and go on with the other labs
+                failed[path.stem] = str(err).strip().splitlines()[-1][:200]
+                print(f"{path.stem:24} FAILED: {failed[path.stem]}", flush=True)
+                continue
             flag = "" if times[path.stem] <= LAB_LIMIT_S else f"  (over {LAB_LIMIT_S} s)"
             print(f"{path.stem:24} {times[path.stem]:6.1f} s{flag}", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     total = round(sum(times.values()), 1)
     print(f"{'whole course':24} {total:6.1f} s  (floor {COURSE_LIMIT_S} s; "
-          f"slowest {max(times.values()):.1f} s, floor {LAB_LIMIT_S} s per lab)")
-    print(json.dumps({"labs_s": times, "course_s": total, "cpus": os.cpu_count(),
+          f"slowest {max(times.values(), default=0):.1f} s, floor {LAB_LIMIT_S} s per lab)")
+    print(json.dumps({"labs_s": times, "course_s": total, "failed": failed,
+                      "cpus": os.cpu_count(),
                       "threads": args.threads, "load_1min": round(os.getloadavg()[0], 2),
                       "machine": platform.processor() or platform.machine()}))
 

@@ -57,12 +57,23 @@ class CheckResult:
         return f"{self.status}: {self.name}" + (f": {self.detail}" if self.detail else "")
 
 
-def start_lab(lab: str) -> None:
-    """Say which lab this notebook is, so its results are recorded under that name.
+def start_lab(lab: str, *, threads: int | None = 1) -> None:
+    """Say which lab this notebook is (results are recorded under it); pin CPU threads.
+
+    The labs run torch on one CPU thread (``threads=1``; None leaves torch's default) so
+    that a learner sees the numbers the text describes and CI checked: the thread count
+    changes the order in which a matrix product sums, and a run on the edge of blowing up
+    (the deep stack of Lab 05) can fail at a different step, or not at all, with two
+    threads instead of one. The toy model is too small to gain from more threads. On a
+    GPU the numbers differ anyway; the labs say where.
 
     >>> start_lab("01_numbers")  # doctest: +SKIP
     """
     progress.set_lab(lab)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def evaluate(

@@ -218,6 +218,7 @@ class _Tracer(TorchDispatchMode):
         self.first_op: Event | None = None  # the first op-level event
         self.first_inf: Event | None = None
         self.first_nan: Event | None = None
+        self.first_optimizer: Event | None = None  # kept even past max_events
         self.masks: list[str] = []
         self._seen: dict[tuple, torch.Tensor] = {}  # keeps the tensors alive: ids stay unique
         self._ptr_names: dict[int, str] = {}
@@ -279,6 +280,8 @@ class _Tracer(TorchDispatchMode):
             self.first_inf = event
         if event.has_nan and self.first_nan is None:
             self.first_nan = event
+        if pass_name == "optimizer" and self.first_optimizer is None:
+            self.first_optimizer = event
         return event
 
     def check(self, pass_name: str, module: str | None, tensor: str, t: torch.Tensor,
@@ -448,6 +451,7 @@ class Location:
     first_op: Event | None = None
     first_inf: Event | None = None
     first_nan: Event | None = None
+    first_optimizer: Event | None = None  # the first non-finite weight / optimizer state
     data_nonfinite: bool = False
     error: str | None = None
     error_pass: str | None = None
@@ -549,7 +553,12 @@ class Location:
             lines.append(f"  {label}: {self.first_op.describe()}")
         if self.first is not None and self.first.tensor == "grad_norm":
             lines.append("  every gradient is finite: the sum of their squares overflowed while "
-                         "computing the global grad norm (a gradient of ~1e19 or more)")
+                         "computing the global grad norm (a gradient tensor whose norm is "
+                         "above ~1.8e19)")
+        if self.first_optimizer is not None and self.first is not None \
+                and self.first.pass_name != "optimizer":
+            lines.append(f"  the update then wrote a non-finite value: "
+                         f"{self.first_optimizer.describe()}")
         lines.append(f"  inf before nan: {self._b1_text()}")
         if self.data_nonfinite:
             lines.append("  the batch itself holds non-finite values: fix the data first")
@@ -605,6 +614,7 @@ class Location:
             "first_op": self.first_op.to_dict() if self.first_op else None,
             "first_inf": self.first_inf.to_dict() if self.first_inf else None,
             "first_nan": self.first_nan.to_dict() if self.first_nan else None,
+            "first_optimizer": self.first_optimizer.to_dict() if self.first_optimizer else None,
             "inf_before_nan": self.inf_before_nan,
             "data_nonfinite": self.data_nonfinite,
             "error": self.error, "error_pass": self.error_pass,
@@ -893,6 +903,7 @@ def _run_target(trainer: Trainer, target: int, row: dict | None, loc: Location,
         break
     loc.first, loc.first_op = tracer.first_tensor, tracer.first_op
     loc.first_inf, loc.first_nan = tracer.first_inf, tracer.first_nan
+    loc.first_optimizer = tracer.first_optimizer
     loc.events, loc.n_events, loc.masks = tracer.events, tracer.n_events, tracer.masks
     loc.data_nonfinite = any(e.pass_name == "data" and e.op is None for e in tracer.events)
     if error is not None:

@@ -140,6 +140,13 @@ def test_bad_init_overflows_in_the_forward_pass_inf_first():
     assert loc.inf_before_nan is True and loc.first_inf.seq < loc.first_nan.seq
 
 
+def test_deep_explosion_overflows_the_grad_norm_then_the_optimizer_state():
+    loc = located("deep_explosion", max_events=3)  # the optimizer event lies past the third
+    assert loc.first.tensor == "grad_norm" and loc.first.has_inf
+    assert loc.first_optimizer is not None and loc.first_optimizer.pass_name == "optimizer"
+    assert "the update then wrote a non-finite value" in str(loc)
+
+
 def test_high_lr_in_fp16_overflows_the_attention_scores():
     loc = located("high_lr")
     assert loc.pass_name == "forward" and loc.first.has_inf and loc.inf_before_nan is True

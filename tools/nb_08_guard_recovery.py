@@ -738,9 +738,7 @@ CELLS = [
             config = clean.trainer.config.replace(steps=step + n, decay_steps=200)
             trainer = Trainer(config)
             trainer.load_state_dict(clean.trainer.checkpoints.load(step))
-            trainer.lr_scale = lr_scale  # the schedule multiplies every LR by this
-            for group, base in zip(trainer.optimizer.param_groups, trainer.scheduler.base_lrs):
-                group["lr"] = base * lr_scale * lr_factor(step, config)  # from the first step
+            trainer.set_lr_scale(lr_scale)  # every scheduled LR times this, from the next step
             trainer.run()
             return trainer.record.losses()
 

@@ -2,7 +2,11 @@
 
 Three streams and a manifest, each a list of flat dicts:
 
-- ``steps``:  one row per step (loss, lr, global grad norm, loss scale, finiteness, ...)
+- ``steps``:  one row per step (loss, lr, global grad norm, loss scale, finiteness, ...);
+  ``finite`` is False when the loss or the global grad norm is not finite. A step the
+  GradScaler skipped (its scale overflowed the gradients, e.g. fp16's step 0 at scale
+  65536) has a NaN or inf grad norm but ``finite`` True and ``skipped`` True: that is the
+  scaler working, not a failure
 - ``layers``: one row per layer every ``record_every`` steps (grad norm, parameter
   mean / std, activation abs-max)
 - ``events``: anything a tool did to the run (a skipped step, a rollback, a stop)

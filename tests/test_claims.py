@@ -16,15 +16,19 @@ def test_every_claim_is_covered_by_an_existing_lab_section():
 
 
 def test_a_missing_heading_or_an_uncovered_claim_is_reported(monkeypatch):
-    broken = (claims.Claim("C1", "t", "s", "reproduced", (("03_learning_rate", "## Nope"),)),
-              claims.Claim("C2", "t", "s", "reproduced", ()),
-              claims.Claim("C3", "t", "s", "reproduced", (("99_missing", "## Setup"),)))
+    broken = (claims.Claim("C1", "t", "s", "reproduced", (("03_learning_rate", "## Nope"),),
+                           "measured"),
+              claims.Claim("C2", "t", "s", "reproduced", (), "measured"),
+              claims.Claim("C3", "t", "s", "reproduced", (("99_missing", "## Setup"),),
+                           "measured"),
+              claims.Claim("C4", "t", "s", "reproduced", (("03_learning_rate", "## Setup"),)))
     monkeypatch.setattr(claims, "CLAIMS", broken)
     found = claims.problems(ROOT / "solutions")
     assert found[0] == "C1: " + str(ROOT / "solutions" / "03_learning_rate.ipynb") \
         + " has no heading '## Nope'"
     assert found[1] == "C2: covered by no lab"
     assert found[2].startswith("C3: ") and found[2].endswith("does not exist")
+    assert found[3] == "C4: no measured finding"
 
 
 def test_ids_are_unique_and_verdicts_known():

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+from foreign_models import TinyEncoderLM, classifier_loss, lm_batches, lm_loss
 
 from nanlab import faults
 from nanlab.diagnose import diagnose, load_run
@@ -69,33 +70,9 @@ def test_bad_arguments():
 
 
 # -- models nanlab does not ship --------------------------------------------------------
-class EncoderLM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(16, 32)
-        self.feat = torch.nn.Linear(1, 32)
-        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
-        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-        self.head = torch.nn.Linear(32, 16)
-
-    def forward(self, x, tokens):
-        return self.head(self.enc(self.emb(tokens) + self.feat(x)))
-
-
-def lm_batches(step):
-    g = torch.Generator().manual_seed(step)
-    tokens = torch.randint(0, 16, (16, 12), generator=g)
-    return {"x": tokens[..., None].float() / 16, "tokens": tokens, "y": (tokens + 3) % 16}
-
-
-def lm_loss(model, batch):
-    logits = model(batch["x"], batch["tokens"])
-    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["y"].flatten())
-
-
 def build_encoder_with_nan_input(config):
     torch.manual_seed(config.seed)
-    trainer = Trainer(config, model=EncoderLM(), batches=lm_batches, loss_fn=lm_loss)
+    trainer = Trainer(config, model=TinyEncoderLM(), batches=lm_batches, loss_fn=lm_loss)
     inj = faults.inject("nan_input", batches=lm_batches, inputs="x", at_step=30)
     trainer.batches = inj.batches
     return trainer
@@ -107,16 +84,11 @@ def mlp_batches(step):
     return x, (x[:, :2].sum(1) > 0).long()
 
 
-def mlp_loss(model, batch):
-    x, y = batch
-    return torch.nn.functional.cross_entropy(model(x), y)
-
-
 def build_mlp(config):
     torch.manual_seed(config.seed)
     model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
-    return Trainer(config, model=model, batches=mlp_batches, loss_fn=mlp_loss)
+    return Trainer(config, model=model, batches=mlp_batches, loss_fn=classifier_loss)
 
 
 def test_diagnose_dirty_data_in_a_foreign_encoder():

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from foreign_models import TinyEncoderLM, classifier_loss, lm_batches, lm_loss
 
 from nanlab import faults
 from nanlab.data import CountingTask
@@ -134,41 +135,10 @@ def test_every_fault_is_declared_completely():
 
 
 # -- reuse on models nanlab does not ship ---------------------------------------------
-class TinyEncoderLM(torch.nn.Module):
-    """A torch.nn.TransformerEncoder language model on float features + tokens."""
-
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(16, 32)
-        self.feat = torch.nn.Linear(1, 32)
-        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
-        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-        self.head = torch.nn.Linear(32, 16)
-
-    def forward(self, x, tokens):
-        return self.head(self.enc(self.emb(tokens) + self.feat(x)))
-
-
-def lm_batches(step):
-    g = torch.Generator().manual_seed(step)
-    tokens = torch.randint(0, 16, (8, 12), generator=g)
-    return {"x": tokens[..., None].float() / 16, "tokens": tokens, "y": (tokens + 1) % 16}
-
-
-def lm_loss(model, batch):
-    return torch.nn.functional.cross_entropy(model(batch["x"], batch["tokens"]).flatten(0, 1),
-                                             batch["y"].flatten())
-
-
 def mlp_batches(step):
     g = torch.Generator().manual_seed(step)
     x = torch.randn(32, 6, generator=g)
     return x, (x[:, 0] > 0).long()
-
-
-def mlp_loss(model, batch):
-    x, y = batch
-    return torch.nn.functional.cross_entropy(model(x), y)
 
 
 def make_mlp():
@@ -178,7 +148,7 @@ def make_mlp():
 
 ARCHS = {
     "encoder_lm": (TinyEncoderLM, lm_batches, lm_loss, {"inputs": "x", "labels": "y"}),
-    "mlp": (make_mlp, mlp_batches, mlp_loss, {}),
+    "mlp": (make_mlp, mlp_batches, classifier_loss, {}),
 }
 
 

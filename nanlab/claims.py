@@ -50,8 +50,92 @@ class Claim:
     found: str = ""  # what the labs measured (CPU, one thread, seed 0)
 
 
+# What the labs measured, one line per claim (CPU, one torch thread, seed 0).
+FOUND = {
+    "C1": "deep_explosion: the global grad norm climbs from about 1 to inf (step 78); "
+          "AdamW's exp_avg_sq overflows with it; the loss itself is NaN only at step 119.",
+    "C2": "A 10x LR for one step spikes the loss one step later and it recovers in about "
+          "40 steps; AdamW at 0.1 diverges and stays finite; no warmup at 0.02 never learns; "
+          "warmup + cosine cures it.",
+    "C3": "One NaN feature at step 40: NaN loss at 40, every weight NaN after its update; a "
+          "zero std gives 0 / 0; an illegal label crashes loudly (IndexError) instead.",
+    "C4": "Dead ReLU and sigmoid chains stall (loss stays near 3.5) and never make NaN; "
+          "positions past 65504 become inf in pure fp16 (NaN at step 0); in pure bf16 "
+          "positions 70000-70031 all round to 70144: no NaN, no position either.",
+    "C5": "fp16_overflow (a hand-written loss under fp16 autocast with a GradScaler): at "
+          "step 87 a sum of exponentials passes 65504 and the loss is inf, NaN follows in "
+          "backward; the same run in fp32 or bf16 trains normally.",
+    "C6": "The naive softmax overflows at a logit of 11.1 in fp16 and 88.7 in fp32; the "
+          "softmax_overflow run is NaN at step 26; the stable softmax and QK-norm cure it, "
+          "z-loss does not.",
+    "C7": "eps 0 on a zero row: 0 / 0 = NaN at step 0, located in the embedding LayerNorm; "
+          "eps 1e-5 and 1e-12 both cure it in fp32.",
+    "B1": "locate on softmax_overflow: aten.exp makes +inf, aten.div makes the NaN one op "
+          "later; fp16_overflow: the first inf is a sum in the loss, the NaN comes in "
+          "backward.",
+    "B2": "lr_jump's spike heals by itself; after a NaN update every weight is non-finite "
+          "and only a checkpoint brings the run back.",
+    "B3": "A run with a NaN batch trains on for its remaining steps without an exception; "
+          "an impossible allocation raises RuntimeError at once; Guard('stop') stops at "
+          "the first NaN.",
+    "M1": "Guard('recover') with NaN batches at steps 30 and 60: roll back, skip the batch, "
+          "and the final loss equals the clean run's.",
+    "M2": "diagnose names the cause and proves the fix by replay on all 17 built-in faults "
+          "and on two foreign models (bench/bench_diagnose.py: 17 of 17).",
+    "M3": "Per-step and per-layer rows cost +0.73 % step time at record_every=10; "
+          "TensorBoard export of the same record.",
+    "M4": "locate replays from the nearest checkpoint bit for bit and names the first "
+          "module, pass, op and tensor (0.26-0.53 s).",
+    "M5": "validate_data cures all four dirty-data faults; LR / 10, AMP off and clipping "
+          "cure none of them.",
+    "M6": "Clipping cures nothing here with AdamW (its update ignores a common gradient "
+          "scale); the GradScaler cures gradient underflow, not an LR-driven overflow.",
+    "M7": "Without LayerNorm, He init starts at loss 1.3e4 (grad norm 4e6) and 0.02 normal "
+          "at grad norm 0.04; with LayerNorm all three train.",
+    "M8": "A forward-hook recorder shows bad_init's activations growing block by block "
+          "until an attention score overflows in the last blocks at step 0.",
+    "M9": "Guard('stop') ends the run at the first non-finite step for about 1 % step time.",
+    "M10": "Rollback + batch skip + LR / 10 only when the failure comes back (PaLM's "
+           "recipe plus the article's); on a one-step LR glitch it does worse than "
+           "leaving the spike alone.",
+    "M11": "AdamW learns the toy fastest, ahead of NAdam and SGD; a pretrained start hit by "
+           "a high LR jumps higher than a random one (0.60 to 6.6) but ends lower.",
+    "M12": "The manifest holds config, seed, fault, fixes, versions, git commit, device "
+           "and the optimizer class really used.",
+    "M13": "Megatron-LM and DeepSpeed all-reduce the found-inf flag; without that, a "
+           "decision on one rank's loss lets replicas drift (9e-4 at once) silently.",
+    "V1": "Same seed, same machine, same thread count: bit-identical losses; resume from "
+          "a weights_only checkpoint continues exactly.",
+    "V2": "Each fix is compared with the clean run at the same step; dirty data fixed by "
+          "validation ends within 10 % of the clean loss.",
+    "V3": "Every NaN, skip, rollback and stop is an event in the record; diagnose's report "
+          "names the cause, what it ruled out and the replay that proved the fix.",
+    "V4": "Not a test of recovery: after rollbacks at steps 30 and 50 the loss is not below "
+          "0.1 within 30 steps though it matches the clean run; from step 120 it is.",
+    "I1": "Answer frameworks with a template; the rubric checks name, locate, diagnose, "
+          "prevent.",
+    "I2": "Three levels (new graduate, experienced, senior), each with its template and "
+          "typical mistake.",
+    "I3": "46 questions, each with a rubric (English and Chinese synonyms) and 1-3 "
+          "follow-ups chosen from what the answer missed.",
+    "I4": "star_story() writes Situation, Task, Action, Result from the learner's own run: "
+          "step of the NaN, grad-norm jump, what was ruled out, loss against the clean run.",
+    "W1": "Every lab and the question bank use torch.amp.autocast(device_type=...) and "
+          "torch.amp.GradScaler.",
+    "W2": "Dead ReLU: exact-zero gradients, a flat loss, no NaN; sigmoid chain: block 0's "
+          "gradient millions of times smaller than block 7's, no overflow.",
+    "W3": "AMP off turned high_lr's NaN into a finite divergence (loss above 2.5, clean "
+          "0.02); LR / 10 kept in fp16 cures it: the LR was the cause.",
+    "W4": "bf16 without a scaler cures fp16_overflow; for position_overflow it works "
+          "because autocast computes the encoding in fp32.",
+    "W5": "A 6-sigma running z-score flags lr_jump's spike and never a clean run; QK-norm "
+          "cures the attention overflow; Adam's eps 1e-8 is 0 in fp16 (NaN after one "
+          "update).",
+}
+
+
 def _c(cid: str, title: str, says: str, verdict: str, *where: tuple[str, str]) -> Claim:
-    return Claim(cid, title, says, verdict, tuple(where))
+    return Claim(cid, title, says, verdict, tuple(where), FOUND.get(cid, ""))
 
 
 L00, L01, L02, L03, L04 = "00_start_here", "01_numbers", "02_dirty_data", "03_learning_rate", \
@@ -241,92 +325,6 @@ CLAIMS: tuple[Claim, ...] = (
        (L08, "## 8. Acting before the NaN: a loss-spike detector"),
        (L08, "## 5. Recover: roll back, skip the data, cut the LR")),
 )
-
-
-# What the labs measured, one line per claim (CPU, one torch thread, seed 0).
-FOUND = {
-    "C1": "deep_explosion: the global grad norm climbs from about 1 to inf (step 78); "
-          "AdamW's exp_avg_sq overflows with it; the loss itself is NaN only at step 119.",
-    "C2": "A 10x LR for one step spikes the loss one step later and it recovers in about "
-          "40 steps; AdamW at 0.1 diverges and stays finite; no warmup at 0.02 never learns; "
-          "warmup + cosine cures it.",
-    "C3": "One NaN feature at step 40: NaN loss at 40, every weight NaN after its update; a "
-          "zero std gives 0 / 0; an illegal label crashes loudly (IndexError) instead.",
-    "C4": "Dead ReLU and sigmoid chains stall (loss stays near 3.5) and never make NaN; "
-          "positions past 65504 become inf in pure fp16 (NaN at step 0); in pure bf16 "
-          "positions 70000-70031 all round to 70144: no NaN, no position either.",
-    "C5": "fp16_overflow (a hand-written loss under fp16 autocast with a GradScaler): at "
-          "step 87 a sum of exponentials passes 65504 and the loss is inf, NaN follows in "
-          "backward; the same run in fp32 or bf16 trains normally.",
-    "C6": "The naive softmax overflows at a logit of 11.1 in fp16 and 88.7 in fp32; the "
-          "softmax_overflow run is NaN at step 26; the stable softmax and QK-norm cure it, "
-          "z-loss does not.",
-    "C7": "eps 0 on a zero row: 0 / 0 = NaN at step 0, located in the embedding LayerNorm; "
-          "eps 1e-5 and 1e-12 both cure it in fp32.",
-    "B1": "locate on softmax_overflow: aten.exp makes +inf, aten.div makes the NaN one op "
-          "later; fp16_overflow: the first inf is a sum in the loss, the NaN comes in "
-          "backward.",
-    "B2": "lr_jump's spike heals by itself; after a NaN update every weight is non-finite "
-          "and only a checkpoint brings the run back.",
-    "B3": "A run with a NaN batch trains on for its remaining steps without an exception; "
-          "an impossible allocation raises RuntimeError at once; Guard('stop') stops at "
-          "the first NaN.",
-    "M1": "Guard('recover') with NaN batches at steps 30 and 60: roll back, skip the batch, "
-          "and the final loss equals the clean run's.",
-    "M2": "diagnose names the cause and proves the fix by replay on all 17 built-in faults "
-          "and on two foreign models (bench/bench_diagnose.py: 17 of 17).",
-    "M3": "Per-step and per-layer rows cost +0.73 % step time at record_every=10; "
-          "TensorBoard export of the same record.",
-    "M4": "locate replays from the nearest checkpoint bit for bit and names the first "
-          "module, pass, op and tensor (0.26-0.53 s).",
-    "M5": "validate_data cures all four dirty-data faults; LR / 10, AMP off and clipping "
-          "cure none of them.",
-    "M6": "Clipping cures nothing here with AdamW (its update ignores a common gradient "
-          "scale); the GradScaler cures gradient underflow, not an LR-driven overflow.",
-    "M7": "Without LayerNorm, He init starts at loss 1.3e4 (grad norm 4e6) and 0.02 normal "
-          "at grad norm 0.04; with LayerNorm all three train.",
-    "M8": "A forward-hook recorder shows bad_init's activations growing block by block "
-          "until an attention score overflows in the last blocks at step 0.",
-    "M9": "Guard('stop') ends the run at the first non-finite step for about 1 % step time.",
-    "M10": "Rollback + batch skip + LR / 10 only when the failure comes back (PaLM's "
-           "recipe plus the article's); on a one-step LR glitch it does worse than "
-           "leaving the spike alone.",
-    "M11": "AdamW learns the toy fastest, ahead of NAdam and SGD; a pretrained start hit by "
-           "a high LR jumps higher than a random one (0.60 to 6.6) but ends lower.",
-    "M12": "The manifest holds config, seed, fault, fixes, versions, git commit, device "
-           "and the optimizer class really used.",
-    "M13": "Megatron-LM and DeepSpeed all-reduce the found-inf flag; without that, a "
-           "decision on one rank's loss lets replicas drift (9e-4 at once) silently.",
-    "V1": "Same seed, same machine, same thread count: bit-identical losses; resume from "
-          "a weights_only checkpoint continues exactly.",
-    "V2": "Each fix is compared with the clean run at the same step; dirty data fixed by "
-          "validation ends within 10 % of the clean loss.",
-    "V3": "Every NaN, skip, rollback and stop is an event in the record; diagnose's report "
-          "names the cause, what it ruled out and the replay that proved the fix.",
-    "V4": "Not a test of recovery: after rollbacks at steps 30 and 50 the loss is not below "
-          "0.1 within 30 steps though it matches the clean run; from step 120 it is.",
-    "I1": "Answer frameworks with a template; the rubric checks name, locate, diagnose, "
-          "prevent.",
-    "I2": "Three levels (new graduate, experienced, senior), each with its template and "
-          "typical mistake.",
-    "I3": "46 questions, each with a rubric (English and Chinese synonyms) and 1-3 "
-          "follow-ups chosen from what the answer missed.",
-    "I4": "star_story() writes Situation, Task, Action, Result from the learner's own run: "
-          "step of the NaN, grad-norm jump, what was ruled out, loss against the clean run.",
-    "W1": "Every lab and the question bank use torch.amp.autocast(device_type=...) and "
-          "torch.amp.GradScaler.",
-    "W2": "Dead ReLU: exact-zero gradients, a flat loss, no NaN; sigmoid chain: block 0's "
-          "gradient millions of times smaller than block 7's, no overflow.",
-    "W3": "AMP off turned high_lr's NaN into a finite divergence (loss above 2.5, clean "
-          "0.02); LR / 10 kept in fp16 cures it: the LR was the cause.",
-    "W4": "bf16 without a scaler cures fp16_overflow; for position_overflow it works "
-          "because autocast computes the encoding in fp32.",
-    "W5": "A 6-sigma running z-score flags lr_jump's spike and never a clean run; QK-norm "
-          "cures the attention overflow; Adam's eps 1e-8 is 0 in fp16 (NaN after one "
-          "update).",
-}
-CLAIMS = tuple(Claim(c.id, c.title, c.says, c.verdict, c.where, FOUND.get(c.id, ""))
-               for c in CLAIMS)
 
 
 class ClaimError(NanlabError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import doctest
 import json
 import re
 
@@ -50,9 +49,6 @@ def problems_of(entries) -> list[str]:
     assert str(info.value).count("\n- ") == len(info.value.problems)
     return info.value.problems
 
-
-def test_doctests_pass():
-    assert doctest.testmod(nanlab.interview).failed == 0
 
 
 # ------------------------------------------------------------------------------- the bank

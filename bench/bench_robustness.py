@@ -30,12 +30,10 @@ def failing_step(name: str) -> int | float | None:
     signature = faults.get_fault(name).signature
     if signature in ("diverge", "stall"):
         return round(final_loss(run.record.losses()), 1)
-    if run.error_step is not None:
-        return run.error_step
     if signature == "spike":
         spikes = find_spikes(run.record.losses())
         return spikes[0] if spikes else None
-    return run.record.first_nonfinite_step
+    return run.first_bad_step  # the crash step, or the first non-finite one
 
 
 def main() -> None:

@@ -31,14 +31,12 @@ makes your trainer (model, data, loss, and whatever is wrong with them) from a c
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-import torch
 import torch.nn as nn
 
 from nanlab import faults as faults_mod
@@ -96,6 +94,8 @@ class Diagnosis:
     fix_verified: bool
     fix_evidence: str
     findings: list[Finding] = field(default_factory=list)
+    # locate's report of the first bad step, kept so a STAR story need not replay it again
+    location: object = field(default=None, repr=False, compare=False)
 
     @property
     def evidence(self) -> list[str]:
@@ -125,7 +125,8 @@ class Diagnosis:
     __str__ = report
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = asdict(replace(self, location=None))
+        d.pop("location")
         d["evidence"], d["ruled_out"] = self.evidence, self.ruled_out
         return d
 
@@ -262,6 +263,8 @@ def _precision_detail(loc) -> str:
 def _grad_history(record: RunRecord, until: int | None) -> tuple[float, int, int] | None:
     """(decades of growth, from step, to step) of the global grad norm before ``until``."""
     norms = record.column("grad_norm")
+    # a crashed step has no row: only a recorded step can have overflowed
+    overflowed = until is not None and until < len(norms) and not np.isfinite(norms[until])
     end = len(norms) if until is None else until + 1
     norms = norms[:end]
     finite = np.isfinite(norms) & (norms > 0)
@@ -271,7 +274,6 @@ def _grad_history(record: RunRecord, until: int | None) -> tuple[float, int, int
     early = idx[: max(5, len(idx) // 10)]
     base_step = int(early[np.argmin(norms[early])])
     later = idx[idx > base_step]
-    overflowed = until is not None and not np.isfinite(record.column("grad_norm")[until])
     if not len(later):
         return None
     peak_step = int(later[np.argmax(norms[later])])
@@ -303,15 +305,14 @@ def _init_and_eps(run) -> tuple[str | None, str]:
     notes = []
     eps = [m.eps for m in model.modules()
            if hasattr(m, "eps") and (hasattr(m, "normalized_shape") or hasattr(m, "impl"))]
-    weights = {}
     if 0 in trainer.checkpoints.steps():
         state = trainer.checkpoints.load(0)["model"]
         weights = {k: v for k, v in state.items() if k.endswith("weight") and v.dim() == 2}
     else:
         weights = {n: p.detach() for n, p in model.named_parameters()
                    if n.endswith("weight") and p.dim() == 2}
-    big = {k: float(v.float().std()) for k, v in weights.items()
-           if v.numel() > 1 and float(v.float().std()) * math.sqrt(v.shape[-1]) > 3.0}
+    stds = {k: float(v.float().std()) for k, v in weights.items() if v.numel() > 1}
+    big = {k: std for k, std in stds.items() if std * math.sqrt(weights[k].shape[-1]) > 3.0}
     has_norms = any(isinstance(m, nn.LayerNorm) or hasattr(m, "impl") for m in model.modules())
     if eps and min(eps) < 1e-6:
         return "tiny_eps", (f"a norm has eps = {min(eps):g}: a row with zero variance "
@@ -386,11 +387,10 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
         else:
             fp32 = replay("amp_off")
             ok, why = health(fp32)
-            bf16 = replay("bf16")
-            ok16, why16 = health(bf16) if bf16 is not None else (False, "n/a")
-            if ok:
-                detail = _precision_detail(loc)
-                cause = "fp16_overflow" if detail == "fp16_overflow" else detail
+            if ok:  # only then does it matter whether bf16 is enough
+                bf16 = replay("bf16")
+                ok16, why16 = health(bf16) if bf16 is not None else (False, "n/a")
+                cause = detail = _precision_detail(loc)
                 fix = "bf16" if ok16 else "amp_off"
                 if detail == "adam_eps_fp16":
                     fix = "grad_scaler"
@@ -461,7 +461,8 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
             verified, proof = health(fixed)
     elif cause == "learning_rate" and detail == "lr_jump":
         proof = "a one-off LR glitch: fix the schedule; the loss recovers on its own"
-    return Diagnosis(symptom, step, cause, detail or cause, fix, verified, proof, findings)
+    return Diagnosis(symptom, step, cause, detail or cause, fix, verified, proof, findings,
+                     location=loc)
 
 
 def _resolve(source, build: Builder | None):
@@ -495,7 +496,8 @@ def load_run(directory: str | Path) -> faults_mod.FaultRun:
     if not (directory / "manifest.json").is_file():
         raise NanlabError(f"{str(directory)!r} is not a nanlab run folder "
                           "(no manifest.json in it)")
-    manifest = json.loads((directory / "manifest.json").read_text())
+    record = RunRecord.load(directory)
+    manifest = record.manifest
     config = TrainConfig.from_dict(manifest["config"]).replace(out_dir=None, progress=False)
     fault = manifest.get("fault") or {}
     if "sealed" in fault:  # a mystery run (nanlab.mystery): the replays still need the fault
@@ -505,7 +507,7 @@ def load_run(directory: str | Path) -> faults_mod.FaultRun:
     trainer = faults_mod.build_fault_trainer(fault.get("name"), config, fault.get("params", {}))
     for name in manifest.get("fixes") or []:
         fixes_mod.get_fix(name).install(trainer)
-    trainer.record = RunRecord.load(directory)
+    trainer.record = record
     trainer.checkpoints = CheckpointStore(directory / "checkpoints")
     error = next((e for e in trainer.record.events if e["kind"] == "error"), None)
     return faults_mod.FaultRun(fault.get("name"), fault.get("params", {}),
@@ -514,4 +516,4 @@ def load_run(directory: str | Path) -> faults_mod.FaultRun:
                                error["step"] if error else None)
 
 
-__all__ = ["Diagnosis", "Finding", "diagnose", "health", "load_run", "symptom_of", "torch"]
+__all__ = ["Diagnosis", "Finding", "diagnose", "health", "load_run", "symptom_of"]

@@ -689,8 +689,7 @@ def build_fault_trainer(name: str | None, config: TrainConfig, params: dict) -> 
         return trainer
     fault = get_fault(name)
     p = fault.resolve(**params)
-    trainer.record.manifest["fault"] = {"name": name, "params": p}
-    trainer.record.write_manifest()
+    trainer.record.manifest["fault"] = {"name": name, "params": p}  # written by run()
     injection = Injection(trainer.model, trainer.optimizer, trainer.batches,
                           inputs="features", labels="targets", scheduler=trainer.scheduler)
     fault.install(injection, p)

@@ -11,7 +11,6 @@ says n/a instead of pretending to measure something.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ import torch
 
 from nanlab.data import IGNORE_INDEX
 from nanlab.errors import check_choice
+from nanlab.locate import named_tensors
 from nanlab.train import TrainConfig, Trainer
 
 
@@ -50,21 +50,6 @@ class Fix:
         return self.change(config) is not None
 
 
-def _tensors(batch) -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs of a batch: a tensor, a dataclass, a dict, a list or tuple."""
-    if isinstance(batch, torch.Tensor):
-        return [("batch", batch)]
-    if hasattr(batch, "__dataclass_fields__"):
-        items = [(k, getattr(batch, k)) for k in batch.__dataclass_fields__]
-    elif isinstance(batch, dict):
-        items = [(str(k), v) for k, v in batch.items()]
-    elif isinstance(batch, (list, tuple)):
-        items = [(f"[{i}]", v) for i, v in enumerate(batch)]
-    else:
-        return []
-    return [(k, v) for k, v in items if isinstance(v, torch.Tensor)]
-
-
 def batch_problems(batch, vocab_size: int | None = None) -> list[str]:
     """What is wrong with a batch, in words; [] for a clean one (SOP step 1).
 
@@ -77,7 +62,7 @@ def batch_problems(batch, vocab_size: int | None = None) -> list[str]:
     []
     """
     problems = []
-    for name, t in _tensors(batch):
+    for name, t in named_tensors(batch, "batch" if isinstance(batch, torch.Tensor) else ""):
         if t.is_floating_point():
             bad = int((~torch.isfinite(t)).sum())
             if bad:
@@ -175,11 +160,11 @@ def get_fix(name: str) -> Fix:
 
     >>> get_fix("grad_clip").name
     'grad_clip'
-    >>> sorted(FIXES)[:3]  # doctest: +SKIP
+    >>> sorted(FIXES)[:3]
     ['amp_off', 'bf16', 'grad_clip']
     """
     check_choice("fix", name, sorted(FIXES))
     return FIXES[name]
 
 
-__all__ = ["FIXES", "Fix", "batch_problems", "get_fix", "math"]
+__all__ = ["FIXES", "Fix", "batch_problems", "get_fix"]

@@ -42,8 +42,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.rubric import KeyPoint, RubricResult, score_answer
 
@@ -1002,7 +1000,6 @@ class MockInterviewWidget:
 
         self.mock = mock if mock is not None else MockInterview(**kwargs)
         self.lab = lab
-        self.last_reply: Reply | None = None
         self.header = w.HTML("")
         self.question = w.HTML("")
         self.answer = w.Textarea(placeholder="Your answer, in full sentences (English or 中文)",
@@ -1044,7 +1041,6 @@ class MockInterviewWidget:
         asked = self.mock.current
         text = self.answer.value
         reply = self.mock.answer(text)
-        self.last_reply = reply
         lines = [f"**Score: {reply.result.score:.0%}**", "", reply.result.feedback]
         if reply.is_follow_up and reply.next_question is not None:
             missed = ", ".join(reply.result.missing)
@@ -1447,12 +1443,10 @@ def _rebuild(run: Any, fixes: Sequence[str]) -> Any:
 def _clean_run(run: Any) -> Any:
     """The clean baseline with the run's length, seed, batch size and device."""
     from nanlab import faults as faults_mod
-    from nanlab.train import TrainConfig
 
     c = run.trainer.config
-    base = TrainConfig(progress=False, steps=c.steps, seed=c.seed, batch_size=c.batch_size,
-                       device=c.device)
-    return faults_mod.run_fault(None, base=base)
+    return faults_mod.run_fault(None, steps=c.steps, seed=c.seed, batch_size=c.batch_size,
+                                device=c.device)
 
 
 def _locate_quietly(run: Any) -> Any:
@@ -1460,7 +1454,7 @@ def _locate_quietly(run: Any) -> Any:
         from nanlab.locate import locate
 
         loc = locate(run.trainer)
-    except (NanlabError, RuntimeError, IndexError, ValueError):
+    except (RuntimeError, IndexError, ValueError):  # NanlabError is a ValueError
         return None
     return loc if loc.found else None
 
@@ -1487,6 +1481,7 @@ def incident_facts(
     """
     from nanlab import faults as faults_mod
     from nanlab import fixes as fixes_mod
+    from nanlab.signals import final_loss
 
     if diagnosis is None:
         from nanlab.diagnose import diagnose
@@ -1506,7 +1501,7 @@ def incident_facts(
     bad_row = next((r for r in rec.steps if r["step"] == step), None) if step is not None else None
     before = _last_finite_before(rec, step) if step is not None else None
     losses = rec.losses()
-    finite = losses[np.isfinite(losses)] if len(losses) else losses
+    start = next((float(x) for x in losses if math.isfinite(x)), None)
     m = config.model
     facts: dict[str, Any] = {
         "fault": name,
@@ -1546,8 +1541,8 @@ def incident_facts(
         "grad_norm_at_symptom": None if bad_row is None else bad_row.get("grad_norm"),
         "last_good_step": before[0] if before else None,
         "last_good_loss": before[1] if before else None,
-        "start_loss": float(finite[0]) if len(finite) else None,
-        "end_loss": float(finite[-10:].mean()) if len(finite) else None,
+        "start_loss": start,
+        "end_loss": final_loss(losses) if start is not None else None,
         "grad_jump": grad_norm_jump(rec, step) if step is not None else None,
         "location": None,
         "rollback_step": None,
@@ -1580,8 +1575,9 @@ def incident_facts(
     }
     # where the first non-finite value was made, and the checkpoint to roll back to
     if diagnosis.symptom in ("nonfinite", "error") and step is not None:
-        if location is None:
-            location = _locate_quietly(fault_run)
+        if location is None:  # diagnose() already replayed the bad step: reuse its report
+            location = getattr(diagnosis, "location", None) or _locate_quietly(fault_run)
+            location = location if location is not None and location.found else None
         if location is not None:
             facts["location"] = {
                 "step": location.step,

@@ -162,20 +162,24 @@ def _kinds(tensors: list[torch.Tensor]) -> set[str]:
     return kinds
 
 
-def _named_tensors(obj: Any, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) for every tensor in a nested argument, e.g. ``input[0]``."""
+def named_tensors(obj: Any, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every tensor in a nested batch or argument, e.g. ``input[0]``.
+
+    >>> [n for n, _ in named_tensors({"x": torch.ones(1), "y": [torch.ones(1)]}, "")]
+    ['x', 'y[0]']
+    """
     if isinstance(obj, torch.Tensor):
         yield prefix, obj
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            yield from _named_tensors(v, f"{prefix}[{i}]")
+            yield from named_tensors(v, f"{prefix}[{i}]")
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            yield from _named_tensors(v, f"{prefix}[{k}]" if prefix else str(k))
+            yield from named_tensors(v, f"{prefix}[{k}]" if prefix else str(k))
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
             name = f"{prefix}.{f.name}" if prefix else f.name
-            yield from _named_tensors(getattr(obj, f.name), name)
+            yield from named_tensors(getattr(obj, f.name), name)
 
 
 def _key(t: torch.Tensor) -> tuple:
@@ -348,7 +352,7 @@ class _Tracer(TorchDispatchMode):
         def hook(module, args, kwargs):
             if not self.stack:
                 self.phase = "forward"
-            for label, t in [*_named_tensors(args, "input"), *_named_tensors(kwargs, "input")]:
+            for label, t in [*named_tensors(args, "input"), *named_tensors(kwargs, "input")]:
                 self.check("forward", name, label, t)
             self.stack.append(name)
         return hook
@@ -357,7 +361,7 @@ class _Tracer(TorchDispatchMode):
         def hook(module, args, kwargs, output):
             if self.stack and self.stack[-1] == name:
                 self.stack.pop()
-            for label, t in _named_tensors(output, "output"):
+            for label, t in named_tensors(output, "output"):
                 self.check("forward", name, label, t)
             if not self.stack:
                 self.phase = "loss"  # the model has returned: what follows is the loss
@@ -365,9 +369,9 @@ class _Tracer(TorchDispatchMode):
 
     def _backward(self, name: str) -> Callable:
         def hook(module, grad_input, grad_output):
-            for label, t in _named_tensors(grad_output, "grad_output"):
+            for label, t in named_tensors(grad_output, "grad_output"):
                 self.check("backward", name, label, t, strict=True)
-            for label, t in _named_tensors(grad_input, "grad_input"):
+            for label, t in named_tensors(grad_input, "grad_input"):
                 self.check("backward", name, label, t, strict=True)
         return hook
 
@@ -381,13 +385,13 @@ class _Tracer(TorchDispatchMode):
 
     def check_batch(self, batch: Any) -> None:
         prefix = "" if dataclasses.is_dataclass(batch) or isinstance(batch, dict) else "batch"
-        for label, t in _named_tensors(batch, prefix):
+        for label, t in named_tensors(batch, prefix):
             # a batch may carry an additive attention mask of -inf: that one is on purpose
             self.check("data", None, label, t, strict="mask" not in label.lower())
         self.phase = "forward"
 
     def check_loss(self, loss: Any) -> None:
-        for label, t in _named_tensors(loss, "loss"):
+        for label, t in named_tensors(loss, "loss"):
             self.check("loss", None, label, t, strict=True)
         self.phase = "backward"
 

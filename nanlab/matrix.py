@@ -73,9 +73,7 @@ def judge(run: faults_mod.FaultRun, clean_final: float, signature: str) -> tuple
     bad = [r for r in steps if not r["finite"]]
     poisoned = [r for r in bad if not r["skipped"]]
     if poisoned:
-        model = getattr(run.trainer, "model", None)
-        weights_finite = model is not None and all(
-            bool(p.isfinite().all()) for p in model.parameters())
+        weights_finite = all(bool(p.isfinite().all()) for p in run.trainer.model.parameters())
         # A NaN loss need not poison the weights: with every target masked the loss is
         # 0 / 0 but the gradient is 0, so the update is finite.
         where = "the weights stayed finite" if weights_finite else "reached the weights"

@@ -79,20 +79,17 @@ def make(seed: int, out_dir: str | Path, *, pool: Sequence[str] = POOL, steps: i
 
     >>> folder = make(7, "runs/mystery-7")  # doctest: +SKIP
     >>> reveal(folder)["name"]  # doctest: +SKIP
-    'all_masked'
+    'high_lr_adam'
     """
     out_dir = Path(out_dir)
     if (out_dir / "manifest.json").exists():
         raise NanlabError(f"{str(out_dir)!r} already holds a run; give a new folder")
     name = draw(seed, pool)
-    run_fault(name, steps=steps, out_dir=str(out_dir), checkpoint_every=checkpoint_every,
-              stop_when_poisoned=True)
-    path = out_dir / "manifest.json"
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["fault"] = {"sealed": seal(manifest["fault"])}
-    manifest["mystery_seed"] = seed
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str),
-                    encoding="utf-8")
+    record = run_fault(name, steps=steps, out_dir=str(out_dir),
+                       checkpoint_every=checkpoint_every, stop_when_poisoned=True).record
+    record.manifest["fault"] = {"sealed": seal(record.manifest["fault"])}
+    record.manifest["mystery_seed"] = seed
+    record.write_manifest()
     return out_dir
 
 
@@ -100,7 +97,7 @@ def reveal(run_dir: str | Path) -> dict:
     """The answer of a mystery run folder: the fault, its SOP step, its cure.
 
     >>> reveal("runs/mystery-7")  # doctest: +SKIP
-    {'name': 'all_masked', 'params': {...}, 'sop_step': '1. check the batch ...', ...}
+    {'name': 'high_lr_adam', 'params': {...}, 'summary': ..., 'sop_step': '3. divide ...', ...}
     """
     path = Path(run_dir) / "manifest.json"
     if not path.is_file():
@@ -118,8 +115,8 @@ def reveal(run_dir: str | Path) -> dict:
 def grade(run_dir: str | Path, answer: str) -> str:
     """Feedback on a learner's answer (a fault name or an SOP step key such as ``"lr"``).
 
-    >>> grade("runs/mystery-7", "data")  # doctest: +SKIP
-    'right: the SOP step that names it is 1. check the batch (...)'
+    >>> grade("runs/mystery-7", "lr")  # doctest: +SKIP
+    'right: the SOP step that names it is 3. divide the learning rate by 10'
     """
     truth = reveal(run_dir)
     step_key = get_fault(truth["name"]).reveals

@@ -418,8 +418,10 @@ class Trainer:
         The optimizer's LR is updated at once, so the very next step already runs at the
         new rate; the scale is saved in checkpoints and restored with them.
 
-        >>> trainer = Trainer(TrainConfig(steps=5, progress=False))  # doctest: +SKIP
-        >>> trainer.set_lr_scale(0.1)  # doctest: +SKIP
+        >>> trainer = Trainer(TrainConfig(steps=5, progress=False))
+        >>> trainer.set_lr_scale(0.1)
+        >>> round(trainer.optimizer.param_groups[0]["lr"], 8), trainer.lr_scale
+        (2.5e-05, 0.1)
         """
         check_range("scale", scale, 0.0, integer=False)
         self.lr_scale = float(scale)

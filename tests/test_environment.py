@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -30,44 +31,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 ENV_TEXT = (ROOT / "environment.yml").read_text()
 
 
-def _parse_env(text: str) -> dict:
-    """environment.yml as a dict: PyYAML when present, else this file's simple structure."""
-    try:
-        import yaml
-    except ImportError:  # pragma: no cover - PyYAML comes with jupyter-events
-        return _tiny_yaml(text)
-    return yaml.safe_load(text)
-
-
-def _tiny_yaml(text: str) -> dict:
-    """Just enough YAML for environment.yml: ``key: value``, ``key:`` + ``- item`` lists,
-    and one nested ``- pip:`` list. Comments and quotes are stripped."""
-    out: dict = {}
-    key, pip = None, None
-    for raw in text.splitlines():
-        line = re.sub(r"\s+#.*$|^#.*$", "", raw).rstrip()
-        if not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip())
-        body = line.strip()
-        if indent == 0:
-            key, _, value = body.partition(":")
-            out[key] = value.strip() or []
-            pip = None
-        elif body.startswith("- ") and pip is not None and indent > pip[0]:
-            pip[1].append(body[2:].strip().strip("'\""))
-        elif body.startswith("- "):
-            item = body[2:].strip().strip("'\"")
-            if item.endswith(":"):
-                pip = (indent, [])
-                out[key].append({item[:-1]: pip[1]})
-            else:
-                pip = None
-                out[key].append(item)
-    return out
-
-
-ENV = _parse_env(ENV_TEXT)
+ENV = yaml.safe_load(ENV_TEXT)  # PyYAML comes with jupyterlab (via jupyter-events)
 
 
 def _conda_and_pip() -> tuple[list[str], list[str]]:
@@ -88,11 +52,6 @@ def _by_name(reqs: list[str]) -> dict[str, SpecifierSet]:
         assert name not in out, f"{name} listed twice"
         out[name] = req.specifier
     return out
-
-
-def test_tiny_yaml_parser_agrees_with_pyyaml():
-    yaml = pytest.importorskip("yaml")
-    assert _tiny_yaml(ENV_TEXT) == yaml.safe_load(ENV_TEXT)
 
 
 def test_environment_yml_has_the_pyproject_packages_and_specifiers():

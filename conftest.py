@@ -1,3 +1,3 @@
 """Every nbval run of solutions/ and labs/ also checks the statuses of the check cells."""
 
-pytest_plugins = ["nanlab.pytest_plugin"]
+pytest_plugins = ["nanlab.course.pytest_plugin"]

@@ -19,7 +19,7 @@ import time
 import torch
 
 from nanlab import faults
-from nanlab.diagnose import diagnose
+from nanlab.debug.diagnose import diagnose
 
 
 def main() -> None:

@@ -57,7 +57,7 @@ def main() -> None:
         print(f"{name:18} {fault.signature:9} {str(step):>8} {seconds:8.2f}  {note}")
     result = {"bench": "faults", "threads": 1, "faults": rows}
     if "--matrix" in sys.argv:
-        from nanlab.matrix import fault_fix_matrix
+        from nanlab.faults.matrix import fault_fix_matrix
 
         start = time.perf_counter()
         m = fault_fix_matrix(progress=False, workers=2)

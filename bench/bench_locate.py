@@ -22,7 +22,7 @@ import time
 import torch
 
 from nanlab import faults
-from nanlab.locate import locate
+from nanlab.debug.locate import locate
 
 
 def failed_run(name: str, every: int) -> tuple[faults.FaultRun, float]:

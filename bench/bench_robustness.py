@@ -5,7 +5,7 @@ a run on the edge: on another CPU, or on a GPU, it may not fail where the text s
 each built-in fault: the step of its signature (first non-finite step, crash or spike;
 for a divergence or a stall the final loss instead) on 1, 2 and 4 torch threads, 200
 steps, the run stopped once poisoned. The labs pin one thread
-(``nanlab.checks.start_lab``), so they are exact on CPU either way.
+(``nanlab.course.checks.start_lab``), so they are exact on CPU either way.
 
 Run:  .venv/bin/python bench/bench_robustness.py  [--faults deep_explosion high_lr]
 The last line is JSON, to quote. Asserts nothing.

@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     mys.add_argument("--seed", type=_positive_int, default=0, help="make: which mystery")
     mys.set_defaults(func=cmd_mystery)
 
-    from nanlab import course
+    from nanlab.course import notebooks as course
 
     course.add_parser(sub)
     return parser
@@ -179,7 +179,7 @@ def cmd_diagnose(args) -> int:
         nanlab run --fault nan_input --out runs/nan
         nanlab diagnose runs/nan          # or --json
     """
-    from nanlab.diagnose import diagnose
+    from nanlab.debug.diagnose import diagnose
 
     d = diagnose(args.run_dir)
     print(json.dumps(_json_safe(d.to_dict())) if args.json else d.report())
@@ -198,7 +198,7 @@ def cmd_mystery(args) -> int:
 
     >>> main(["mystery", "reveal", "runs/mystery-7"])  # doctest: +SKIP
     """
-    from nanlab import mystery
+    from nanlab.faults import mystery
 
     if args.action == "make":
         folder = mystery.make(args.seed, args.run_dir)
@@ -220,8 +220,8 @@ def cmd_locate(args) -> int:
 
         nanlab locate runs/nan            # or --step 40, --json
     """
-    from nanlab.diagnose import load_run
-    from nanlab.locate import locate
+    from nanlab.debug.diagnose import load_run
+    from nanlab.debug.locate import locate
 
     loc = locate(load_run(args.run_dir).trainer, args.step)
     print(json.dumps(_json_safe(loc.to_dict())) if args.json else loc.report())
@@ -269,7 +269,7 @@ def cmd_matrix(args) -> int:
         nanlab matrix                                          # everything, ~4 min
         nanlab matrix --faults nan_input --fixes validate_data lr_div10
     """
-    from nanlab.matrix import fault_fix_matrix
+    from nanlab.faults.matrix import fault_fix_matrix
 
     m = fault_fix_matrix(args.faults, args.fixes, steps=args.steps, seed=args.seed,
                          workers=args.workers, progress=not args.json)

@@ -20,8 +20,19 @@ import pytest
 import nanlab
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = sorted(p.stem for p in (ROOT / "nanlab").glob("*.py")
-                 if p.stem not in ("__init__", "__main__"))
+def _module_names() -> list[str]:
+    """Every module and subpackage as a dotted name below ``nanlab`` ("faults", "faults.run")."""
+    names = []
+    for path in (ROOT / "nanlab").rglob("*.py"):
+        parts = path.relative_to(ROOT / "nanlab").with_suffix("").parts
+        if parts[-1] == "__main__" or parts == ("__init__",):
+            continue
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return sorted(names)
+
+
+MODULES = _module_names()
+TOP_LEVEL = sorted({name.split(".")[0] for name in MODULES})
 EXAMPLE = re.compile(r"^\s*>>> |Examples?::", re.M)
 
 
@@ -50,13 +61,22 @@ def test_every_public_name_has_an_example(name):
 
 
 def test_package_docstring_names_every_module_on_its_own_line():
+    """Each top-level module and subpackage; a subpackage's own docstring lists its modules."""
     doc = nanlab.__doc__ or ""
     listed = re.findall(r"^- ``nanlab\.(\w+)``", doc, re.M)
     assert sorted(listed) == sorted(set(listed)), f"named twice in help(nanlab): {listed}"
-    missing = sorted(set(MODULES) - set(listed))
-    unknown = sorted(set(listed) - set(MODULES))
+    missing = sorted(set(TOP_LEVEL) - set(listed))
+    unknown = sorted(set(listed) - set(TOP_LEVEL))
     assert not missing, f"help(nanlab) does not list (one '- ``nanlab.x``' line each): {missing}"
     assert not unknown, f"help(nanlab) lists modules that do not exist: {unknown}"
+
+
+@pytest.mark.parametrize("package", [m for m in TOP_LEVEL if (ROOT / "nanlab" / m).is_dir()])
+def test_subpackage_docstring_names_its_modules(package):
+    doc = importlib.import_module(f"nanlab.{package}").__doc__ or ""
+    own = [m.split(".")[1] for m in MODULES if m.startswith(package + ".")]
+    missing = [m for m in own if f"``{m}``" not in doc]
+    assert not missing, f"help(nanlab.{package}) does not name its modules: {missing}"
 
 
 @pytest.mark.parametrize("name", MODULES)

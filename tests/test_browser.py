@@ -4,7 +4,7 @@ Starts JupyterLab on a free local port (random token, a temp copy of
 ``labs/00_start_here.ipynb``), drives Chromium with Playwright, runs every cell from the
 menu and checks the page: every code cell ran, no traceback, the plots are images, and a
 practice widget answers a wrong pick and a right pick with the feedback of
-``nanlab.quiz``. Saves a screenshot (a plot beside a widget) for the README.
+``nanlab.course.quiz``. Saves a screenshot (a plot beside a widget) for the README.
 
 Needs Debian's chromium (``apt-get install chromium``) and the ``playwright`` package;
 skips with the reason when either is missing. One test in one file, so under

@@ -1,6 +1,6 @@
 """Solutions pass every check and unfilled labs say "not done yet", checked on the nbval run.
 
-``nanlab.pytest_plugin`` (loaded by the repository's conftest.py) fails an nbval cell whose
+``nanlab.course.pytest_plugin`` (loaded by the repository's conftest.py) fails an nbval cell whose
 check lines have the wrong status, so the notebooks run once, not once for nbval and once
 more for the inverted check. These tests prove the plugin can fail, and check statically
 that every notebook has exercises to check.
@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nanlab.pytest_plugin import check_lines, expected_status
+from nanlab.course.pytest_plugin import check_lines, expected_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,8 +30,8 @@ def _notebook(path: Path, source: str) -> None:
 
 @pytest.mark.slow
 def test_plugin_fails_a_passing_lab_and_an_undone_solution(tmp_path):
-    passing = "from nanlab.checks import check\ncheck('two', lambda: 1 + 1, 2)"
-    undone = ("from nanlab.checks import check\n"
+    passing = "from nanlab.course.checks import check\ncheck('two', lambda: 1 + 1, 2)"
+    undone = ("from nanlab.course.checks import check\n"
               "def f():\n    raise NotImplementedError()\ncheck('two', f, 2)")
     _notebook(tmp_path / "labs" / "passes.ipynb", passing)       # wrong: a lab must be undone
     _notebook(tmp_path / "labs" / "undone.ipynb", undone)        # right
@@ -39,7 +39,7 @@ def test_plugin_fails_a_passing_lab_and_an_undone_solution(tmp_path):
     _notebook(tmp_path / "solutions" / "passes.ipynb", passing)  # right
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-         "nanlab.pytest_plugin", "--nbval-lax", "labs", "solutions"],
+         "nanlab.course.pytest_plugin", "--nbval-lax", "labs", "solutions"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
         env={**os.environ, "NANLAB_PROGRESS": str(tmp_path / "p.json")},
     )

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from nanlab import claims
+from nanlab.course import claims
 
 ROOT = Path(__file__).resolve().parents[1]
 BRIEF = ROOT.parent / "shared" / "brief" / "CLAIMS.md"

@@ -3,11 +3,12 @@
 import argparse
 from pathlib import Path
 
+import jupytext
 import nbformat
 import pytest
 
-from nanlab import course
-from nanlab.course import CourseError
+from nanlab.course import notebooks as course
+from nanlab.course.notebooks import CourseError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,7 +21,8 @@ def f(x):
     return 0"""
 
 
-def _solution(path: Path, cells: list) -> Path:
+def _solution(path: Path, cells: list, pair: bool = True) -> Path:
+    """A solution notebook and, with ``pair``, its percent-format Python file."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
                                  "name": "python3"}
@@ -29,6 +31,8 @@ def _solution(path: Path, cells: list) -> Path:
         cell.id = f"c{i}"
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
+    if pair:
+        jupytext.write(nb, path.with_suffix(".py"), fmt="py:percent")
     return path
 
 
@@ -192,7 +196,7 @@ def test_solutions_are_saved_with_outputs_for_nbval(path):
 def test_execute_stores_outputs_deterministically(tmp_path):
     cells = [nbformat.v4.new_code_cell("print(6 * 7)"),
              nbformat.v4.new_code_cell("import ipywidgets\nipywidgets.Button()")]
-    path = _solution(tmp_path / "nb.ipynb", cells)
+    path = _solution(tmp_path / "nb.ipynb", cells, pair=False)
     course.execute(path, timeout=60)
     first = path.read_bytes()
     nb = nbformat.read(path, as_version=4)
@@ -204,7 +208,7 @@ def test_execute_stores_outputs_deterministically(tmp_path):
 
 @pytest.mark.slow
 def test_execute_names_the_failing_notebook(tmp_path):
-    path = _solution(tmp_path / "nb.ipynb", [nbformat.v4.new_code_cell("1 / 0")])
+    path = _solution(tmp_path / "nb.ipynb", [nbformat.v4.new_code_cell("1 / 0")], pair=False)
     with pytest.raises(CourseError, match="nb.ipynb: a cell raised"):
         course.execute(path, timeout=60)
 
@@ -224,22 +228,66 @@ def test_hand_edit_of_a_repository_lab_copy_is_caught(tmp_path):
     assert problem.startswith(f"stale: {lab}") and "source differs" in problem
 
 
-def test_solutions_match_their_python_sources(tmp_path):
-    """tools/nb_<name>.py writes solutions/<name>.ipynb: a hand edit of either is caught."""
-    import subprocess
-    import sys
+def test_repository_solution_pairs_are_in_step():
+    """Every solutions/<name>.ipynb has its solutions/<name>.py, with the same cells."""
+    assert course.pair_problems(ROOT / "solutions") == []
 
-    tool = Path(__file__).resolve().parents[1] / "tools" / "make_solutions.py"
-    done = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    solutions = Path(__file__).resolve().parents[1] / "solutions"
-    source = sorted(tool.parent.glob("nb_*.py"))[0].stem.removeprefix("nb_")
-    nb = nbformat.read(solutions / f"{source}.ipynb", as_version=4)
-    nb.cells[-1].source += "\n# edited by hand"
-    nbformat.write(nb, tmp_path / f"{source}.ipynb")
-    edited = subprocess.run([sys.executable, str(tool), "--check", "--out", str(tmp_path),
-                             source], capture_output=True, text=True)
-    assert edited.returncode == 1 and "differs" in edited.stdout, edited.stdout
+
+def test_an_edit_of_either_file_of_a_pair_is_caught(dirs):
+    solutions, labs = dirs
+    source = solutions / "01_demo.py"
+    source.write_text(source.read_text() + "\n# %%\nprint('new cell')\n")
+    [problem] = course.pair_problems(solutions)
+    assert problem.startswith(f"out of sync: {source}") and "from cell 4" in problem
+    source.unlink()
+    [problem] = course.pair_problems(solutions)
+    assert problem.startswith("unpaired:") and "has no 01_demo.py" in problem
+    (solutions / "02_orphan.py").write_text("# %%\nprint(1)\n")
+    assert any(p.startswith(f"unpaired: {solutions / '02_orphan.py'}")
+               for p in course.pair_problems(solutions))
+
+
+def _changed_lines(before: str, after: str) -> list[str]:
+    import difflib
+
+    return [line for line in difflib.unified_diff(before.splitlines(), after.splitlines(),
+                                                  lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def test_inserting_one_cell_changes_only_that_cells_lines(tmp_path):
+    """A real lab pair: one cell inserted in the .py; after sync the notebook's diff is that
+    cell alone (8 lines), every other cell keeping its id and its outputs."""
+    import os
+    import shutil
+
+    name = "03_learning_rate"
+    for suffix in (".py", ".ipynb"):
+        shutil.copy(ROOT / "solutions" / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+    shutil.copy(ROOT / "solutions" / "jupytext.toml", tmp_path / "jupytext.toml")
+    source, notebook = tmp_path / f"{name}.py", tmp_path / f"{name}.ipynb"
+    before = notebook.read_text()
+    text = source.read_text()
+    at = text.index("# %% [markdown]\n# ## Setup")
+    source.write_text(text[:at] + "# %% [markdown]\n# A cell an instructor added.\n\n" + text[at:])
+    os.utime(source, (notebook.stat().st_mtime + 10,) * 2)  # the .py is the newer file
+    course.sync(source)
+    changed = _changed_lines(before, notebook.read_text())
+    assert all(line.startswith("+") for line in changed), changed
+    assert len(changed) == 8 and '+    "A cell an instructor added."' in changed, changed
+    old, new = nbformat.reads(before, as_version=4), nbformat.read(notebook, as_version=4)
+    kept = [c for c in new.cells if c.source != "A cell an instructor added."]
+    assert [(c.id, c.get("outputs")) for c in kept] == \
+        [(c.id, c.get("outputs")) for c in old.cells]
+    assert course.pair_problems(tmp_path) == []
+
+
+def test_sync_of_a_missing_or_wrong_file_is_one_clear_error(tmp_path):
+    with pytest.raises(CourseError, match="does not exist"):
+        course.sync(tmp_path / "nope.py")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(CourseError, match="allowed: .py or .ipynb"):
+        course.sync(tmp_path / "notes.txt")
 
 
 def test_first_code_cell_of_a_lab_says_how_to_install_nanlab_where_it_is_missing(tmp_path):

@@ -9,7 +9,7 @@ import torch
 from foreign_models import TinyEncoderLM, classifier_loss, lm_batches, lm_loss
 
 from nanlab import faults
-from nanlab.diagnose import diagnose, load_run
+from nanlab.debug.diagnose import diagnose, load_run
 from nanlab.errors import NanlabError
 from nanlab.train import TrainConfig, Trainer
 

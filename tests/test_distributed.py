@@ -8,6 +8,7 @@ import torch
 from nanlab import distributed
 from nanlab.distributed import launch, replica_gap, replicas_identical, train_data_parallel
 from nanlab.errors import NanlabError
+from nanlab.guard import agree, is_distributed
 
 # Short runs: the bad batch is rank 1's 11th (local index 11) for NaN. A garbled shard
 # spikes the loss only once the model predicts with confidence (at step 11 it is 1.34x
@@ -72,8 +73,8 @@ def test_a_spike_on_one_rank_needs_the_all_reduce():
 
 
 def test_helpers_outside_a_process_group():
-    assert distributed.agree(True, False) == (True, False)
-    assert not distributed.is_distributed()
+    assert agree(True, False) == (True, False)
+    assert not is_distributed()
     with pytest.raises(NanlabError, match="process group"):
         distributed.ddp_trainer()
     assert replicas_identical([torch.tensor([float("nan")])] * 2)

@@ -212,7 +212,7 @@ def clean_final():
 
 @pytest.mark.parametrize("name", [n for n, f in sorted(faults.FAULTS.items()) if f.cure])
 def test_each_fault_is_cured_by_its_own_fix(name, clean_final):
-    from nanlab.matrix import run_cell
+    from nanlab.faults.matrix import run_cell
 
     fault = faults.get_fault(name)
     cell = run_cell(name, fault.cure, 200, 0, clean_final)
@@ -222,7 +222,7 @@ def test_each_fault_is_cured_by_its_own_fix(name, clean_final):
 
 
 def test_matrix_table_and_wrong_fixes():
-    from nanlab.matrix import fault_fix_matrix
+    from nanlab.faults.matrix import fault_fix_matrix
 
     m = fault_fix_matrix(faults=["nan_input", "tiny_eps"],
                          fixes=["validate_data", "lr_div10", "amp_off", "norm_eps"],

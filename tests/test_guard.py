@@ -9,11 +9,12 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from nanlab import faults  # noqa: E402
+from nanlab.batches import plain
 from nanlab.errors import NanlabError  # noqa: E402
-from nanlab.guard import Guard, SpikeDetector, plain  # noqa: E402
-from nanlab.plots import kept_rows, plot_loss  # noqa: E402
+from nanlab.guard import Guard, SpikeDetector  # noqa: E402
 from nanlab.signals import final_loss  # noqa: E402
 from nanlab.train import TrainConfig, Trainer  # noqa: E402
+from nanlab.viz.plots import kept_rows, plot_loss  # noqa: E402
 
 
 def quick(**kw) -> dict:

@@ -488,7 +488,7 @@ def clean_run():
 def dirty_story(clean_run):
     """nan_input (dirty data): the fixed run is made here, so the test knows its numbers."""
     from nanlab import faults
-    from nanlab.diagnose import diagnose
+    from nanlab.debug.diagnose import diagnose
 
     run = faults.run_fault("nan_input", steps=STORY_STEPS, checkpoint_every=10,
                            stop_when_poisoned=True)
@@ -627,7 +627,7 @@ def test_grad_norm_jump_reads_an_explosion():
 
 
 def test_a_healthy_run_has_no_story():
-    from nanlab.diagnose import Diagnosis
+    from nanlab.debug.diagnose import Diagnosis
 
     healthy = Diagnosis("healthy", None, None, None, None, False, "nothing to fix", [])
     with pytest.raises(NanlabError, match="this run is healthy"):
@@ -638,7 +638,7 @@ def test_a_healthy_run_has_no_story():
 
 
 def test_mock_interview_widget_flow(bank, tmp_path, monkeypatch):
-    from nanlab import progress
+    from nanlab.course import progress
 
     monkeypatch.setenv("NANLAB_PROGRESS", str(tmp_path / "p.json"))
     mw = nanlab.interview.MockInterviewWidget(ids=["first-thing", "nan-vs-oom"],

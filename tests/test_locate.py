@@ -10,8 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nanlab import faults
+from nanlab.debug.locate import Location, locate
 from nanlab.errors import NanlabError
-from nanlab.locate import Location, locate
 from nanlab.train import TrainConfig, Trainer
 
 

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from nanlab import mystery
 from nanlab.cli import main
-from nanlab.diagnose import diagnose, load_run
+from nanlab.debug.diagnose import diagnose, load_run
 from nanlab.errors import NanlabError
+from nanlab.faults import mystery
 
 
 def test_draw_is_a_pure_function_of_the_seed_and_covers_the_pool():

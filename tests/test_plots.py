@@ -11,10 +11,10 @@ import torch  # noqa: E402
 from matplotlib.colors import LogNorm, to_rgba  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from nanlab import plots  # noqa: E402
 from nanlab.errors import NanlabError  # noqa: E402
 from nanlab.record import RunRecord  # noqa: E402
 from nanlab.train import TrainConfig, train  # noqa: E402
+from nanlab.viz import plots  # noqa: E402
 
 NAN, INF = float("nan"), float("inf")
 LAYERS = ("wte", "blocks.0.attn.c_attn", "lm_head")

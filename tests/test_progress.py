@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from nanlab import progress
+from nanlab.course import progress
 
 
 def test_env_var_overrides_the_default(tmp_path, monkeypatch):

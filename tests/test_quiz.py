@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from nanlab import checks
-from nanlab.quiz import (
+from nanlab.course import checks
+from nanlab.course.quiz import (
     FreeTextQuestion,
     Hints,
     MultipleChoiceQuestion,
@@ -154,7 +154,7 @@ def test_check_prints_records_and_hints(capsys):
     assert capsys.readouterr().out == "Hint 1 of 2: look up\n"
     checks.check("ex-hint", lambda: 1, 1, hints=["look up", "look down"], lab="lab-x")
     assert capsys.readouterr().out == "passed: ex-hint\n"
-    from nanlab import progress
+    from nanlab.course import progress
 
     entry = progress.load()["labs"]["lab-x"]["ex-hint"]
     assert entry["correct"] and entry["attempts"] == 1 and entry["hints_used"] == 1

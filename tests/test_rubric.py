@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from nanlab.rubric import (
+from nanlab.course.rubric import (
     CONTEXT_WORDS_PER_POINT,
     KeyPoint,
     RubricResult,

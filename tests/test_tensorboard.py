@@ -10,8 +10,8 @@ from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E4
 )
 
 from nanlab.record import RunRecord  # noqa: E402
-from nanlab.tensorboard import export_tensorboard  # noqa: E402
 from nanlab.train import TrainConfig, train  # noqa: E402
+from nanlab.viz.tensorboard import export_tensorboard  # noqa: E402
 
 NAN = float("nan")
 

@@ -1,7 +1,7 @@
 """Widget shells, clicked without a browser: feedback appears, empty answers never raise."""
 
-from nanlab import progress
-from nanlab.widgets import FreeText, MultipleChoice, Ordering, RootCause
+from nanlab.course import progress
+from nanlab.course.widgets import FreeText, MultipleChoice, Ordering, RootCause
 
 SOP = ["data", "AMP off", "LR / 10", "grad norms", "init / eps"]
 

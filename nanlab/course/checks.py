@@ -1,0 +1,250 @@
+"""What a notebook's check cells call: run the learner's code, compare, print one clear line.
+
+The first printed line is a stable fact, so nbval can compare it in the solution notebooks:
+
+- ``passed: <name>``                  the answer is right
+- ``not done yet: <name>``            the stub still raises ``NotImplementedError``
+- ``not yet right: <name>: <what>``   wrong value, or the learner's code raised
+
+``check`` never raises, so an unfilled lab runs top to bottom (CI runs it that way). Each
+result goes to the progress file. Hints are revealed one at a time with ``hint(name)``.
+
+Usage in a check cell::
+
+    check("is_finite_report", lambda: is_finite_report(t), {"finite": 2, "inf": 1, "nan": 1},
+          hints=["torch.isnan and torch.isinf give boolean masks."])
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nanlab.course import progress
+from nanlab.course.quiz import Hints
+
+PASSED = "passed"
+NOT_DONE = "not done yet"
+WRONG = "not yet right"
+
+_NOTHING = object()
+_hints: dict[str, Hints] = {}
+_last_name: str | None = None
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check: ``status`` is one of PASSED, NOT_DONE, WRONG.
+
+    >>> r = CheckResult("first_bad_step", WRONG, "got 3, expected 2")
+    >>> r.passed, r.line()
+    (False, 'not yet right: first_bad_step: got 3, expected 2')
+    """
+
+    name: str
+    status: str
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def line(self) -> str:
+        """The one line a check cell prints first."""
+        return f"{self.status}: {self.name}" + (f": {self.detail}" if self.detail else "")
+
+
+def start_lab(lab: str, *, threads: int | None = 1) -> None:
+    """Say which lab this notebook is (results are recorded under it); pin CPU threads.
+
+    The labs run torch on one CPU thread (``threads=1``; None leaves torch's default) so
+    that a learner sees the numbers the text describes and CI checked: the thread count
+    changes the order in which a matrix product sums, and a run on the edge of blowing up
+    (the deep stack of Lab 05) can fail at a different step, or not at all, with two
+    threads instead of one. The toy model is too small to gain from more threads. On a
+    GPU the numbers differ anyway; the labs say where.
+
+    >>> start_lab("01_numbers")  # doctest: +SKIP
+    """
+    progress.set_lab(lab)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def evaluate(
+    name: str,
+    attempt: Callable[[], Any] | Any,
+    expected: Any = _NOTHING,
+    *,
+    test: Callable[[Any], str | bool | None] | None = None,
+) -> CheckResult:
+    """Run ``attempt`` (a zero-argument callable, or a plain value) and judge it; never raises.
+
+    Give either ``expected`` (compared value by value; tensors, floats, dicts, lists) or
+    ``test``, a function of the learner's value returning None or True when right, or a
+    string saying what differed.
+
+    >>> evaluate("two", lambda: 1 + 1, 2).line()
+    'passed: two'
+    """
+    if (expected is _NOTHING) == (test is None):
+        raise TypeError(f"check {name!r}: give exactly one of expected=... or test=...")
+    try:
+        value = attempt() if callable(attempt) else attempt
+    except NotImplementedError:
+        return CheckResult(name, NOT_DONE)
+    except Exception as err:  # the learner's code failed: report it in one line
+        return CheckResult(name, WRONG, f"your code raised {_one_line(err)}")
+    try:
+        if test is not None:
+            verdict = test(value)
+            if verdict is None or verdict is True:
+                problem = None
+            else:
+                problem = "the test said no" if verdict is False else str(verdict)
+        else:
+            problem = describe_difference(value, expected)
+    except Exception as err:  # a test tripping over an odd value is still feedback
+        problem = f"checking it raised {_one_line(err)} (value given: {_short(value)})"
+    return CheckResult(name, PASSED if problem is None else WRONG, problem or "")
+
+
+def check(
+    name: str,
+    attempt: Callable[[], Any] | Any,
+    expected: Any = _NOTHING,
+    *,
+    test: Callable[[Any], str | bool | None] | None = None,
+    hints: Sequence[str] = (),
+    lab: str | None = None,
+) -> None:
+    """Evaluate an exercise, print the verdict and record it; returns None so no ``Out[]``.
+
+    >>> check("two", lambda: 1 + 1, 2)  # doctest: +SKIP
+    passed: two
+    """
+    global _last_name
+    if name not in _hints or (hints and _hints[name].hints != list(hints)):
+        _hints[name] = Hints(hints)
+    _last_name = name
+    result = evaluate(name, attempt, expected, test=test)
+    print(result.line())
+    if result.status == NOT_DONE:
+        print("  Replace `# YOUR CODE HERE` / `raise NotImplementedError()` above and rerun.")
+    if not result.passed and _hints[name].hints:
+        n = len(_hints[name].hints)
+        print(f"  Stuck? hint({name!r}) shows a hint ({n} available, one at a time).")
+    progress.record(
+        lab,
+        name,
+        correct=result.passed,
+        answered=result.status != NOT_DONE,
+        hints_used=_hints[name].revealed,
+    )
+
+
+def hint(name: str | None = None) -> None:
+    """Print the next hint for exercise ``name`` (default: the last one checked).
+
+    >>> hint("is_finite_report")  # doctest: +SKIP
+    Hint 1 of 2: torch.isnan and torch.isinf give boolean masks.
+    """
+    name = name or _last_name
+    if name is None:
+        print("No exercise checked yet: run a check cell first, then hint().")
+        return
+    if name not in _hints:
+        known = ", ".join(sorted(_hints)) or "none yet"
+        print(f"No hints registered for {name!r}; known exercises: {known}. Run its check first.")
+        return
+    print(_hints[name].next())
+
+
+def describe_difference(got: Any, expected: Any, where: str = "") -> str | None:
+    """None when ``got`` matches ``expected``, else one line on the first difference.
+
+    NaN matches NaN (a learner who predicts NaN is right); floats match to 1e-6 relative.
+
+    >>> describe_difference({"nan": 1}, {"nan": 2})
+    "['nan']: got 1, expected 2"
+    """
+    import torch
+
+    at = f"{where}: " if where else ""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"{at}expected a tensor, got {type(got).__name__} {_short(got)}"
+        if tuple(got.shape) != tuple(expected.shape):
+            return f"{at}shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+        g, e = got.detach().double().cpu(), expected.detach().double().cpu()
+        same = torch.isclose(g, e, rtol=1e-6, atol=0.0, equal_nan=True) | (g == e)
+        if bool(same.all()):
+            return None
+        idx = tuple(int(i) for i in (~same).nonzero()[0])
+        return (
+            f"{at}at index {idx}: got {_short(got[idx].item())}, "
+            f"expected {_short(expected[idx].item())}"
+        )
+    if isinstance(expected, bool) or expected is None:
+        if got is expected or got == expected:
+            return None
+        return f"{at}got {_short(got)}, expected {_short(expected)}"
+    if isinstance(expected, (int, float)):
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, numbers.Real):
+            return f"{at}expected a number, got {type(got).__name__} {_short(got)}"
+        got = float(got) if not isinstance(got, int) else got
+        if math.isnan(expected) and math.isnan(got):
+            return None
+        if got == expected or math.isclose(got, expected, rel_tol=1e-6):
+            return None
+        return f"{at}got {_short(got)}, expected {_short(expected)}"
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return f"{at}expected a dict, got {type(got).__name__} {_short(got)}"
+        missing = [k for k in expected if k not in got]
+        extra = [k for k in got if k not in expected]
+        if missing or extra:
+            return f"{at}keys differ: missing {missing}, unexpected {extra}"
+        for key in expected:
+            problem = describe_difference(got[key], expected[key], f"{where}[{key!r}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(got, (list, tuple)):
+            return f"{at}expected a list, got {type(got).__name__} {_short(got)}"
+        if len(got) != len(expected):
+            return f"{at}length {len(got)}, expected {len(expected)}"
+        for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+            problem = describe_difference(g, e, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(expected, (set, frozenset)):
+        if not isinstance(got, (set, frozenset, list, tuple)):
+            return f"{at}expected a set, got {type(got).__name__} {_short(got)}"
+        got = set(got)
+        if got == expected:
+            return None
+        return (
+            f"{at}missing {sorted(expected - got, key=repr)}, "
+            f"should not be there {sorted(got - expected, key=repr)}"
+        )
+    return None if got == expected else f"{at}got {_short(got)}, expected {_short(expected)}"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _one_line(err: BaseException) -> str:
+    message = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {message[0]}" if message else type(err).__name__

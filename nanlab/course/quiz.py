@@ -1,0 +1,365 @@
+"""Grading for the practice questions, as plain Python the tests can call without a browser.
+
+Each question kind is a dataclass with a stable ``qid`` and a ``grade(...)`` method that turns
+whatever the learner selected or typed into :class:`Feedback`. ``grade`` never raises on a
+learner's answer: empty, partial or nonsense input comes back as feedback saying what to do.
+Bad question *definitions* (an answer that is not among the options) raise
+:class:`QuizError` when the question is built, so an author sees the mistake at once.
+The widgets in ``nanlab.course.widgets`` are thin shells around these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nanlab.errors import NanlabError
+
+_QID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+class QuizError(NanlabError):
+    """A question was defined wrongly (by an author, not a learner).
+
+    >>> MultipleChoiceQuestion("q1", "Pick", ["a", "b"], answers=[5])
+    Traceback (most recent call last):
+    ...
+    nanlab.course.quiz.QuizError: q1: answers=[5] must be option indices from 0 to 1
+    """
+
+
+@dataclass
+class Feedback:
+    """The verdict on one answer: right or not, a score in 0..1 and a message for the learner.
+
+    ``answered`` is False when there was nothing to grade (no selection, empty text).
+
+    >>> fb = OrderingQuestion("sop", "Order", ["data", "AMP off"]).grade(["AMP off", "data"])
+    >>> fb.correct, fb.score, fb.message
+    (False, 0.0, '0 of 2 positions right; score 0%.')
+    >>> print(fb.text())
+    0 of 2 positions right; score 0%.
+    position 1: AMP off (not here)
+    position 2: data (not here)
+    """
+
+    correct: bool
+    score: float
+    message: str
+    answered: bool = True
+    details: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        """The message and the details as plain text, one per line."""
+        return "\n".join([self.message, *self.details])
+
+
+class Hints:
+    """Hints revealed one at a time, so a learner takes only as much help as they need.
+
+    >>> h = Hints(["Look at torch.finfo.", "Compare with 65504."])
+    >>> h.next()
+    'Hint 1 of 2: Look at torch.finfo.'
+    """
+
+    def __init__(self, hints: Sequence[str] = ()):
+        self.hints = [str(h) for h in hints]
+        self.revealed = 0
+
+    def next(self) -> str:
+        """Reveal the next hint, or say there are none left."""
+        if not self.hints:
+            return "No hints for this one."
+        if self.revealed >= len(self.hints):
+            return f"No more hints (all {len(self.hints)} shown)."
+        self.revealed += 1
+        return f"Hint {self.revealed} of {len(self.hints)}: {self.hints[self.revealed - 1]}"
+
+
+def _check_qid(qid: str) -> None:
+    if not isinstance(qid, str) or not _QID.match(qid):
+        raise QuizError(
+            f"qid={qid!r} is not a stable id; use lower-case letters, digits, '-', '_' or '.'"
+        )
+
+
+def _check_options(qid: str, name: str, options: Sequence[str]) -> None:
+    if len(options) < 2:
+        raise QuizError(f"{qid}: {name} needs at least 2 entries, got {len(options)}")
+    if len(set(options)) != len(options):
+        raise QuizError(f"{qid}: {name} has duplicates: {list(options)}")
+
+
+def _pick_score(picked: set[int], right: set[int], options: Sequence[str]) -> tuple[float, list]:
+    """Partial credit for a multiple-answer pick: (right picks - wrong picks) / right answers."""
+    hits, wrong, missed = picked & right, picked - right, right - picked
+    score = max(0.0, (len(hits) - len(wrong)) / len(right))
+    details = [f"right: {options[i]}" for i in sorted(hits)]
+    details += [f"should not be picked: {options[i]}" for i in sorted(wrong)]
+    details += [f"missed: {options[i]}" for i in sorted(missed)]
+    return score, details
+
+
+def _as_indices(selection: Any, options: Sequence[str]) -> tuple[set[int], list[str]]:
+    """Turn indices or option texts into a set of indices; unknown entries are reported."""
+    if selection is None:
+        return set(), []
+    if isinstance(selection, (str, int)):
+        selection = [selection]
+    picked, unknown = set(), []
+    for s in selection:
+        if isinstance(s, bool):
+            unknown.append(repr(s))
+        elif isinstance(s, int) and 0 <= s < len(options):
+            picked.add(s)
+        elif isinstance(s, str) and s in options:
+            picked.add(list(options).index(s))
+        else:
+            unknown.append(repr(s))
+    return picked, unknown
+
+
+@dataclass
+class MultipleChoiceQuestion:
+    """Pick one option (one right answer) or several (more than one right answer).
+
+    ``answers`` are option indices. With several right answers, credit is partial:
+    (right picks - wrong picks) / number of right answers, never below 0.
+
+    >>> q = MultipleChoiceQuestion("fp16-max", "Largest finite fp16?", ["65504", "65536"], [0])
+    >>> q.grade(0).correct
+    True
+    """
+
+    qid: str
+    prompt: str
+    options: Sequence[str]
+    answers: Sequence[int]
+    explanation: str = ""
+    hints: Sequence[str] = ()
+    multiple: bool | None = None  # None: several answers means pick-several
+
+    def __post_init__(self) -> None:
+        _check_qid(self.qid)
+        _check_options(self.qid, "options", self.options)
+        self.answers = [self.answers] if isinstance(self.answers, int) else list(self.answers)
+        bad = [a for a in self.answers if not (isinstance(a, int) and 0 <= a < len(self.options))]
+        if not self.answers or bad:
+            raise QuizError(
+                f"{self.qid}: answers={self.answers!r} must be option indices "
+                f"from 0 to {len(self.options) - 1}"
+            )
+        if self.multiple is None:
+            self.multiple = len(self.answers) > 1
+        if not self.multiple and len(self.answers) > 1:
+            raise QuizError(f"{self.qid}: multiple=False but {len(self.answers)} answers given")
+
+    def grade(self, selection: int | str | Sequence[int | str] | None) -> Feedback:
+        """Grade an option index or text, or (pick-several) a list of them."""
+        picked, unknown = _as_indices(selection, self.options)
+        if unknown:
+            return Feedback(False, 0.0, f"Not an option here: {', '.join(unknown)}.", False)
+        if not picked:
+            what = "at least one option" if self.multiple else "an option"
+            return Feedback(False, 0.0, f"No answer yet: pick {what}, then Check.", False)
+        right = set(self.answers)
+        if not self.multiple:
+            if len(picked) > 1:
+                return Feedback(False, 0.0, "Pick only one option for this question.", False)
+            if picked == right:
+                return Feedback(True, 1.0, _join("Right.", self.explanation))
+            chosen = self.options[next(iter(picked))]
+            return Feedback(False, 0.0, f"Not quite: '{chosen}' is not the answer. Try again.")
+        score, details = _pick_score(picked, right, self.options)
+        if picked == right:
+            return Feedback(True, 1.0, _join("Right: all of them.", self.explanation), True)
+        n_hit = len(picked & right)
+        message = (
+            f"Partly right: {n_hit} of {len(right)} right answers picked, "
+            f"{len(picked - right)} wrong pick(s); score {score:.0%}."
+        )
+        return Feedback(False, score, message, True, details)
+
+
+@dataclass
+class OrderingQuestion:
+    """Put steps in order; ``items`` is the right order. Feedback names each right position.
+
+    >>> q = OrderingQuestion("sop", "Order the SOP", ["data", "AMP off", "LR / 10"])
+    >>> q.grade(["data", "LR / 10", "AMP off"]).score
+    0.3333333333333333
+    """
+
+    qid: str
+    prompt: str
+    items: Sequence[str]
+    explanation: str = ""
+    hints: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        _check_qid(self.qid)
+        _check_options(self.qid, "items", self.items)
+        self.items = list(self.items)
+
+    def grade(self, order: Sequence[str | None] | None) -> Feedback:
+        """Grade a proposed order (a list of item texts; None for an empty slot)."""
+        order = list(order or [])
+        filled = [o for o in order if o]
+        if not filled:
+            return Feedback(False, 0.0, "No answer yet: put the steps in order, then Check.", False)
+        if len(order) != len(self.items) or len(filled) != len(order):
+            return Feedback(
+                False, 0.0, f"Fill all {len(self.items)} positions, then Check.", False
+            )
+        unknown = [o for o in order if o not in self.items]
+        if unknown:
+            return Feedback(False, 0.0, f"Not a step here: {', '.join(map(repr, unknown))}.", False)
+        repeated = sorted({o for o in order if order.count(o) > 1})
+        if repeated:
+            return Feedback(
+                False, 0.0, f"Each step goes in once; repeated: {', '.join(repeated)}.", False
+            )
+        right = [i for i, (o, want) in enumerate(zip(order, self.items, strict=True)) if o == want]
+        score = len(right) / len(self.items)
+        if score == 1.0:
+            return Feedback(True, 1.0, _join("Right: that is the order.", self.explanation))
+        details = [
+            f"position {i + 1}: {o} {'(right)' if i in right else '(not here)'}"
+            for i, o in enumerate(order)
+        ]
+        message = f"{len(right)} of {len(self.items)} positions right; score {score:.0%}."
+        return Feedback(False, score, message, True, details)
+
+
+@dataclass
+class RootCauseQuestion:
+    """Name the fault family of a mystery run, then pick the evidence that supports it.
+
+    Both parts are graded: half the score for the family, half for the evidence (partial
+    credit as in a pick-several multiple choice). Right means both parts fully right.
+
+    >>> q = RootCauseQuestion("m1", "Why?", ["data", "lr"], "data", ["nan in x", "lr high"],
+    ...                       ["nan in x"])
+    >>> q.grade("data", ["nan in x"]).correct
+    True
+    """
+
+    qid: str
+    prompt: str
+    families: Sequence[str]
+    answer: str
+    evidence: Sequence[str]
+    supporting: Sequence[str]
+    explanation: str = ""
+    hints: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        _check_qid(self.qid)
+        _check_options(self.qid, "families", self.families)
+        _check_options(self.qid, "evidence", self.evidence)
+        if self.answer not in self.families:
+            raise QuizError(
+                f"{self.qid}: answer={self.answer!r} is not one of families {list(self.families)}"
+            )
+        bad = [s for s in self.supporting if s not in self.evidence]
+        if not self.supporting or bad:
+            raise QuizError(
+                f"{self.qid}: supporting={list(self.supporting)!r} must be a non-empty subset "
+                f"of evidence {list(self.evidence)}"
+            )
+
+    def grade(self, family: str | None, evidence: Sequence[str] | None) -> Feedback:
+        """Grade the chosen family and the list of evidence picked for it."""
+        evidence = list(evidence or [])
+        if not family and not evidence:
+            return Feedback(
+                False, 0.0, "No answer yet: pick a fault family and its evidence.", False
+            )
+        if family and family not in self.families:
+            return Feedback(False, 0.0, f"Not a fault family here: {family!r}.", False)
+        picked, unknown = _as_indices(evidence, self.evidence)
+        if unknown:
+            return Feedback(False, 0.0, f"Not evidence here: {', '.join(unknown)}.", False)
+        right_family = family == self.answer
+        right = {self.evidence.index(s) for s in self.supporting}
+        details = [
+            "fault family: " + ("right" if right_family else "not picked" if not family
+                                else f"'{family}' is not it")
+        ]
+        if picked:
+            ev_score, ev_details = _pick_score(picked, right, self.evidence)
+            details += ["evidence " + d for d in ev_details]
+        else:
+            ev_score = 0.0
+            details.append("evidence: none picked; pick what in the run points to the cause")
+        score = 0.5 * right_family + 0.5 * ev_score
+        if right_family and picked == right:
+            return Feedback(True, 1.0, _join("Right: cause and evidence.", self.explanation))
+        if right_family:
+            message = f"Right family; the evidence is not complete yet (score {score:.0%})."
+        elif ev_score > 0:
+            message = f"Some evidence is right, but the family is not (score {score:.0%})."
+        else:
+            message = f"Not yet: neither the family nor the evidence (score {score:.0%})."
+        return Feedback(False, score, message, True, details)
+
+
+@dataclass
+class FreeTextQuestion:
+    """A short written answer, scored against key points by ``nanlab.course.rubric``.
+
+    ``key_points`` are ``nanlab.course.rubric.KeyPoint`` objects or ``(name, synonyms)`` pairs.
+    The answer passes when the rubric score reaches ``pass_score``.
+
+    >>> q = FreeTextQuestion("why-silent", "Why is NaN silent?",
+    ...                      [("no error", ("no error", "no exception"))])
+    >>> q.grade("The loop keeps going and raises no error at all.").correct
+    True
+    """
+
+    qid: str
+    prompt: str
+    key_points: Sequence[Any]
+    pass_score: float = 0.6
+    model_answer: str = ""
+    hints: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        _check_qid(self.qid)
+        if not self.key_points:
+            raise QuizError(f"{self.qid}: key_points is empty; give at least one")
+        if not 0.0 < self.pass_score <= 1.0:
+            raise QuizError(f"{self.qid}: pass_score={self.pass_score!r} must be in (0, 1]")
+
+    def grade(self, answer: str | None) -> Feedback:
+        """Score the text; say which key points were found and which are missing."""
+        from nanlab.course.rubric import KeyPoint, score_answer  # lazy: rubric is optional here
+
+        if not answer or not str(answer).strip():
+            message = "No answer yet: write a sentence or two, then Check."
+            return Feedback(False, 0.0, message, False)
+        points = [
+            p if isinstance(p, KeyPoint) else KeyPoint(str(p[0]), tuple(p[1]))
+            for p in self.key_points
+        ]
+        result = score_answer(str(answer), points)
+        if result.feedback:  # the rubric explains itself; show its lines as they are
+            details = [line for line in result.feedback.splitlines() if line.strip()]
+        else:
+            details = [f"said: {name}" for name in result.present]
+            details += [f"missing: {name}" for name in result.missing]
+        correct = result.score >= self.pass_score
+        head = "Good answer." if correct else "Not complete yet."
+        message = (
+            f"{head} Key points covered: {len(result.present)} of {len(points)} "
+            f"(score {result.score:.0%})."
+        )
+        if correct and self.model_answer:
+            details.append(f"A model answer: {self.model_answer}")
+        return Feedback(correct, float(result.score), message, True, details)
+
+
+def _join(*parts: str) -> str:
+    return " ".join(p for p in parts if p)

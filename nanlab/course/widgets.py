@@ -1,0 +1,240 @@
+"""Practice widgets: thin ipywidgets shells around the graders in ``nanlab.course.quiz``.
+
+Each widget shows a question, the controls to answer it, a Check button, a Hint button and
+a feedback area. The Check button calls the question's ``grade`` and shows the
+:class:`~nanlab.course.quiz.Feedback`; nothing here decides what is right. The feedback lives in an
+``HTML`` widget (not an ``Output``) so a test can click and read it without a kernel::
+
+    q = MultipleChoice("fp16-max", "Largest finite fp16 value?", ["65504", "65536"], 0)
+    q.choices.value = "65504"
+    q.check_button.click()
+    q.feedback.value   # '... Right. ...'
+
+In a notebook, put the object last in a cell (or ``display(q)``) to show it.
+"""
+
+from __future__ import annotations
+
+import html
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as w
+
+from nanlab.course import progress
+from nanlab.course.quiz import (
+    Feedback,
+    FreeTextQuestion,
+    Hints,
+    MultipleChoiceQuestion,
+    OrderingQuestion,
+    RootCauseQuestion,
+)
+
+_WIDE = w.Layout(width="auto")
+
+
+class QuestionWidget:
+    """Shared shell: prompt, answer controls, Check and Hint buttons, feedback, hints.
+
+    Subclasses build ``self.controls`` and implement ``_grade()``. Use one of them:
+    :class:`MultipleChoice`, :class:`Ordering`, :class:`RootCause`, :class:`FreeText`;
+    each has the attributes below.
+
+    >>> q = MultipleChoice("w-demo", "Largest finite fp16?", ["65504", "65536"], 0)
+    >>> q.choices.value = "65536"
+    >>> q.check_button.click()
+    >>> q.feedback_text()
+    "Not quite: '65536' is not the answer. Try again."
+    """
+
+    def __init__(self, question: Any, controls: list[w.Widget], lab: str | None = None):
+        self.question = question
+        self.lab = lab
+        self.hints = Hints(question.hints)
+        self.last_feedback: Feedback | None = None
+        self.prompt = w.HTML(f"<b>{html.escape(question.prompt)}</b>")
+        self.check_button = w.Button(description="Check", button_style="primary")
+        self.hint_button = w.Button(description="Hint", disabled=not question.hints)
+        self.feedback = w.HTML("")
+        self.hint_area = w.HTML("")
+        self.check_button.on_click(self._on_check)
+        self.hint_button.on_click(self._on_hint)
+        buttons = w.HBox([self.check_button, self.hint_button])
+        self.widget = w.VBox(
+            [self.prompt, *controls, buttons, self.feedback, self.hint_area],
+            layout=w.Layout(border="1px solid #ccc", padding="6px", margin="6px 0"),
+        )
+
+    @property
+    def qid(self) -> str:
+        return self.question.qid
+
+    def _grade(self) -> Feedback:
+        raise NotImplementedError
+
+    def _on_check(self, _button: w.Button | None = None) -> None:
+        try:
+            fb = self._grade()
+        except Exception as err:  # a grader bug must show as feedback, never a traceback
+            fb = Feedback(False, 0.0, f"Could not grade this answer ({type(err).__name__}: "
+                                      f"{err}). Please report it.", False)
+        self.last_feedback = fb
+        self.feedback.value = _render(fb)
+        progress.record(self.lab, self.qid, correct=fb.correct, answered=fb.answered,
+                        kind="question", hints_used=self.hints.revealed)
+
+    def _on_hint(self, _button: w.Button | None = None) -> None:
+        text = self.hints.next()
+        shown = self.hint_area.value
+        self.hint_area.value = shown + f"<div>&#128161; {html.escape(text)}</div>"
+
+    def feedback_text(self) -> str:
+        """The last feedback as plain text ('' before the first Check)."""
+        return self.last_feedback.text() if self.last_feedback else ""
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict | None:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+class MultipleChoice(QuestionWidget):
+    """Radio buttons for one right answer; checkboxes when several answers are right.
+
+    >>> q = MultipleChoice("fp16-max", "Largest finite fp16?", ["65504", "65536"], 0)
+    >>> q.choices.value = "65504"
+    >>> q.check_button.click(); q.last_feedback.correct  # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self,
+        qid: str,
+        question: str,
+        options: Sequence[str],
+        answers: int | Sequence[int],
+        explanation: str = "",
+        hints: Sequence[str] = (),
+        lab: str | None = None,
+    ):
+        q = MultipleChoiceQuestion(qid, question, list(options), answers, explanation, hints)
+        if q.multiple:
+            self.boxes = [w.Checkbox(value=False, description=o, indent=False, layout=_WIDE)
+                          for o in q.options]
+            controls: list[w.Widget] = [w.VBox(self.boxes)]
+        else:
+            self.choices = w.RadioButtons(options=list(q.options), value=None, layout=_WIDE)
+            controls = [self.choices]
+        super().__init__(q, controls, lab)
+
+    def _grade(self) -> Feedback:
+        if self.question.multiple:
+            return self.question.grade([i for i, b in enumerate(self.boxes) if b.value])
+        return self.question.grade(self.choices.value)
+
+
+class Ordering(QuestionWidget):
+    """One dropdown per position; the learner picks which step goes where.
+
+    ``items`` is the right order; the dropdowns list them in a shuffled order fixed by
+    the qid, so the page does not give the answer away and looks the same every time.
+
+    >>> q = Ordering("sop", "Order the SOP", ["data", "AMP off", "LR / 10"])
+    >>> for box, step in zip(q.slots, ["data", "AMP off", "LR / 10"]): box.value = step
+    >>> q.check_button.click(); q.last_feedback.correct  # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self,
+        qid: str,
+        question: str,
+        items: Sequence[str],
+        explanation: str = "",
+        hints: Sequence[str] = (),
+        lab: str | None = None,
+    ):
+        q = OrderingQuestion(qid, question, list(items), explanation, hints)
+        shuffled = list(q.items)
+        random.Random(qid).shuffle(shuffled)
+        self.slots = [
+            w.Dropdown(options=[("(choose)", None)] + [(s, s) for s in shuffled], value=None,
+                       description=f"Step {i + 1}", layout=w.Layout(width="28em"))
+            for i in range(len(q.items))
+        ]
+        super().__init__(q, [w.VBox(self.slots)], lab)
+
+    def _grade(self) -> Feedback:
+        return self.question.grade([s.value for s in self.slots])
+
+
+class RootCause(QuestionWidget):
+    """Pick the fault family of a mystery run, then tick the evidence that supports it.
+
+    >>> q = RootCause("m1", "Why?", ["data", "lr"], "data", ["nan in x", "lr high"], ["nan in x"])
+    >>> q.family.value = "data"; q.boxes[0].value = True
+    >>> q.check_button.click(); q.last_feedback.correct  # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self,
+        qid: str,
+        question: str,
+        families: Sequence[str],
+        answer: str,
+        evidence: Sequence[str],
+        supporting: Sequence[str],
+        explanation: str = "",
+        hints: Sequence[str] = (),
+        lab: str | None = None,
+    ):
+        q = RootCauseQuestion(qid, question, list(families), answer, list(evidence),
+                              list(supporting), explanation, hints)
+        self.family = w.RadioButtons(options=list(q.families), value=None, layout=_WIDE)
+        self.boxes = [w.Checkbox(value=False, description=e, indent=False, layout=_WIDE)
+                      for e in q.evidence]
+        controls = [w.HTML("Fault family:"), self.family,
+                    w.HTML("Evidence that supports it:"), w.VBox(self.boxes)]
+        super().__init__(q, controls, lab)
+
+    def _grade(self) -> Feedback:
+        picked = [e for e, b in zip(self.question.evidence, self.boxes, strict=True) if b.value]
+        return self.question.grade(self.family.value, picked)
+
+
+class FreeText(QuestionWidget):
+    """A short written answer, scored against key points by ``nanlab.course.rubric``.
+
+    >>> q = FreeText("why-silent", "Why is a NaN loss silent?", [("no error", ("no error",))])
+    >>> q.answer.value = "The loop keeps going and raises no error at all."
+    >>> q.check_button.click(); q.last_feedback.correct  # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self,
+        qid: str,
+        question: str,
+        key_points: Sequence[Any],
+        pass_score: float = 0.6,
+        model_answer: str = "",
+        hints: Sequence[str] = (),
+        lab: str | None = None,
+    ):
+        q = FreeTextQuestion(qid, question, list(key_points), pass_score, model_answer, hints)
+        self.answer = w.Textarea(placeholder="Your answer, in a sentence or two",
+                                 layout=w.Layout(width="100%", height="6em"))
+        super().__init__(q, [self.answer], lab)
+
+    def _grade(self) -> Feedback:
+        return self.question.grade(self.answer.value)
+
+
+def _render(fb: Feedback) -> str:
+    """Feedback as HTML: a coloured verdict line, then the details as a list."""
+    color = "#1a7f37" if fb.correct else ("#9a6700" if fb.answered else "#555")
+    mark = "&#10004;" if fb.correct else ("&#10008;" if fb.answered else "&#8230;")
+    items = "".join(f"<li>{html.escape(d)}</li>" for d in fb.details)
+    details = f"<ul style='margin:2px 0'>{items}</ul>" if items else ""
+    return f"<div style='color:{color}'>{mark} {html.escape(fb.message)}</div>{details}"

@@ -1,0 +1,487 @@
+"""diagnose: the SOP, automated, in the article's order, each step a controlled replay.
+
+The order goes from cheap to expensive, from likely to rare (claim M2):
+
+1. **data**: the batch at the first bad step: non-finite inputs, illegal labels, fully
+   masked targets (a zero std shows up as non-finite standardised inputs);
+2. **AMP off** (and bf16): the same run, same seed, in fp32 and in bf16;
+3. **LR / 10**: the same run at a tenth of the learning rate (and the recorded LR
+   column, which shows a schedule glitch without any replay);
+4. **grad norms**: the global grad-norm history before the failure: how many orders
+   of magnitude it grew, in how many steps;
+5. **init / eps**: the weights' scale at step 0, every norm's eps, dead or saturating
+   activations.
+
+A replay that makes the NaN go away is not yet the cause. With AMP off a run at a far
+too high LR stops producing NaN and still diverges (FINDINGS: fp16 only made the
+divergence loud), so each replay is judged on its loss curve: finite, no spike, and
+the loss brought down to under 30 % of where it started. The first step whose replay
+is healthy names the cause; the matching fix is then run once more to prove it.
+
+The fault's name in a run's manifest is used only to rebuild the same run (the same
+data, the same model); the decision never reads it. A run made by your own code is
+diagnosed the same way if you pass ``build(config) -> Trainer``, a function that
+makes your trainer (model, data, loss, and whatever is wrong with them) from a config.
+
+>>> from nanlab import faults
+>>> d = diagnose(faults.run_fault("all_masked", steps=60, checkpoint_every=10))  # doctest: +SKIP
+>>> d.cause, d.fix  # doctest: +SKIP
+('dirty_data', 'validate_data')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch.nn as nn
+
+from nanlab import faults as faults_mod
+from nanlab.debug.runs import load_run
+from nanlab.errors import NanlabError
+from nanlab.faults import fixes as fixes_mod
+from nanlab.record import RunRecord
+from nanlab.signals import final_loss, find_spikes, is_stalled, recovery_steps
+from nanlab.train import TrainConfig, Trainer
+
+HEALTHY_FRACTION = 0.3  # a healthy replay ends below 30 % of its starting loss
+EXPLOSION_DECADES = 3.0  # grad norm growth (orders of magnitude) that counts as explosion
+MIN_REPLAY_STEPS = 100  # long enough for the toy to learn to ~0.4 from ~3.5
+
+Builder = Callable[[TrainConfig], Trainer]
+
+
+@dataclass
+class Finding:
+    """What one SOP step looked at and what it concluded.
+
+    >>> f = Finding("data", "cause", "the batch of step 40 holds 1 NaN in features")
+    >>> f.verdict
+    'cause'
+    """
+
+    step: str  # a key of nanlab.faults.SOP_STEPS
+    verdict: str  # "cause", "ruled out", "hint" or "skipped"
+    text: str
+
+
+@dataclass
+class Diagnosis:
+    """The root cause of a bad run, the evidence for it, and the fix that was proven.
+
+    :func:`diagnose` returns one; ``print(d)`` shows the report.
+
+    >>> d = Diagnosis("nonfinite", 40, "dirty_data", None, "validate_data", True,
+    ...               "the replay with validate_data is finite",
+    ...               [Finding("data", "cause", "NaN in the features of step 40")])
+    >>> print(d.report())  # doctest: +ELLIPSIS
+    symptom: nonfinite at step 40
+      [cause    ] 1. check the batch (...): NaN in the features of step 40
+    root cause: dirty_data
+    fix: validate_data (proven: the replay with validate_data is finite)
+    >>> d.evidence
+    ['NaN in the features of step 40']
+    """
+
+    symptom: str  # nonfinite | error | spike | diverge | stall | healthy
+    symptom_step: int | None
+    cause: str | None  # a fault family (see nanlab.faults), or None
+    detail: str | None  # the specific kind, e.g. "softmax_overflow", when it can be told
+    fix: str | None  # a fix name (nanlab.faults.fixes)
+    fix_verified: bool
+    fix_evidence: str
+    findings: list[Finding] = field(default_factory=list)
+    # locate's report of the first bad step, kept so a STAR story need not replay it again
+    location: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def evidence(self) -> list[str]:
+        return [f.text for f in self.findings if f.verdict in ("cause", "hint")]
+
+    @property
+    def ruled_out(self) -> list[str]:
+        return [f.text for f in self.findings if f.verdict == "ruled out"]
+
+    def report(self) -> str:
+        where = f" at step {self.symptom_step}" if self.symptom_step is not None else ""
+        lines = [f"symptom: {self.symptom}{where}"]
+        for f in self.findings:
+            if f.verdict == "hint":
+                lines.append(f"  [where    ] {f.text}")
+            else:
+                lines.append(f"  [{f.verdict:9}] {faults_mod.SOP_STEPS[f.step]}: {f.text}")
+        cause = self.cause or "not found"
+        if self.detail and self.detail != self.cause:
+            cause += f" ({self.detail})"
+        lines.append(f"root cause: {cause}")
+        if self.fix:
+            proof = "proven" if self.fix_verified else "NOT proven"
+            lines.append(f"fix: {self.fix} ({proof}: {self.fix_evidence})")
+        return "\n".join(lines)
+
+    __str__ = report
+
+    def to_dict(self) -> dict:
+        d = asdict(replace(self, location=None))
+        d.pop("location")
+        d["evidence"], d["ruled_out"] = self.evidence, self.ruled_out
+        return d
+
+
+# -- reading a run -----------------------------------------------------------------
+def symptom_of(run: faults_mod.FaultRun) -> tuple[str, int | None]:
+    """What the run shows: a crash, a non-finite step, a spike, a stall or a divergence.
+
+    >>> run = faults_mod.run_fault("nan_input", steps=60)  # doctest: +SKIP
+    >>> symptom_of(run)  # doctest: +SKIP
+    ('nonfinite', 40)
+    """
+    if run.error:
+        return "error", run.error_step
+    bad = run.record.first_nonfinite_step
+    if bad is not None:
+        return "nonfinite", bad
+    losses = run.record.losses()
+    if not len(losses):
+        raise NanlabError("this run has no steps to diagnose")
+    spikes = [s for s in find_spikes(losses) if s >= 10]
+    if spikes:
+        return "spike", spikes[0]
+    if is_stalled(losses):
+        return "stall", None
+    if final_loss(losses) > HEALTHY_FRACTION * losses[0]:
+        return "diverge", None
+    return "healthy", None
+
+
+def health(run: faults_mod.FaultRun) -> tuple[bool, str]:
+    """Is a replay healthy? Judged on the whole loss curve, not only on finiteness.
+
+    Returns (healthy, a sentence saying why).
+
+    >>> ok, why = health(faults_mod.run_fault("nan_input", steps=60))  # doctest: +SKIP
+    >>> ok  # doctest: +SKIP
+    False
+    """
+    kind, step = symptom_of(run)
+    losses = run.record.losses()
+    start, end = losses[0], final_loss(losses)
+    if kind == "error":
+        return False, f"crashed at step {step}: {run.error}"
+    if kind == "nonfinite":
+        return False, f"non-finite again at step {step}"
+    if kind == "spike":
+        back = recovery_steps(losses, step)
+        return False, (f"finite, but a spike at step {step} to {losses[step]:.2f}"
+                       + (f" (back in {back} steps)" if back else ""))
+    if kind in ("stall", "diverge"):
+        return False, f"finite, but the loss went {start:.2f} -> {end:.3g} ({kind})"
+    return True, f"finite and learning: loss {start:.2f} -> {end:.3g}"
+
+
+class _Replayer:
+    """Runs the same run again with fixes applied, stopping once the verdict is clear."""
+
+    def __init__(self, build: Builder, config: TrainConfig, horizon: int):
+        self.build = build
+        self.config = config.replace(out_dir=None, progress=False)
+        self.horizon = horizon
+        self.cache: dict[tuple, faults_mod.FaultRun] = {}
+
+    def __call__(self, *fixes: str) -> faults_mod.FaultRun | None:
+        if fixes in self.cache:
+            return self.cache[fixes]
+        config = self.config
+        objs = [fixes_mod.get_fix(f) for f in fixes]
+        for fix in objs:
+            config = fix.configure(config)
+            if config is None:
+                return None  # not applicable: it would change nothing
+        trainer = self.build(config)
+        for fix in objs:
+            fix.install(trainer)
+        trainer.add_callback("on_step_end", self._stop_early)
+        run = faults_mod.execute(trainer, fixes=list(fixes))
+        self.cache[fixes] = run
+        return run
+
+    def _stop_early(self, trainer: Trainer, info) -> None:
+        rows = trainer.record.steps
+        if not info.row["finite"] and not info.skip:
+            trainer.stop_requested = True  # the weights are poisoned: verdict known
+        elif len(rows) >= 10 and not any(r["finite"] for r in rows[-10:]):
+            trainer.stop_requested = True
+        elif trainer.step >= self.horizon:
+            trainer.stop_requested = True
+
+
+# -- the SOP steps -------------------------------------------------------------------
+def _check_data(run, step: int | None) -> Finding:
+    if step is None:
+        return Finding("data", "skipped", "no failing step, so no batch to inspect")
+    row = next(r for r in run.record.steps if r["step"] == step) \
+        if step < len(run.record.steps) else None
+    index = row["batch"] if row else run.trainer.data_position
+    batch = run.trainer.batches(index)
+    vocab = getattr(getattr(run.trainer.config, "model", None), "vocab_size", None)
+    problems = fixes_mod.batch_problems(batch, vocab)
+    if problems:
+        return Finding("data", "cause", f"batch {index} of step {step}: " + "; ".join(problems))
+    return Finding("data", "ruled out", f"batch {index} of step {step} is clean "
+                                        "(finite inputs, legal labels, unmasked targets)")
+
+
+def _locate(run):
+    """Where the first non-finite value was made (None when it cannot be replayed)."""
+    if not run.trainer.checkpoints.steps():
+        return None
+    from nanlab.debug.locate import locate
+
+    try:
+        return locate(run.trainer)
+    except (NanlabError, RuntimeError, IndexError):
+        return None
+
+
+def _precision_detail(loc) -> str:
+    """Which fp16 failure it is, from where the first non-finite value was made."""
+    if loc is None:
+        return "fp16_overflow"
+    module = f"{loc.module or ''} {loc.module_type or ''}"
+    if loc.pass_name == "optimizer":
+        return "adam_eps_fp16"
+    if "oftmax" in module:
+        return "softmax_overflow"
+    if "wpe" in module or "Positions" in module:
+        return "position_overflow"
+    return "fp16_overflow"
+
+
+def _grad_history(record: RunRecord, until: int | None) -> tuple[float, int, int] | None:
+    """(decades of growth, from step, to step) of the global grad norm before ``until``."""
+    norms = record.column("grad_norm")
+    # a crashed step has no row: only a recorded step can have overflowed
+    overflowed = until is not None and until < len(norms) and not np.isfinite(norms[until])
+    end = len(norms) if until is None else until + 1
+    norms = norms[:end]
+    finite = np.isfinite(norms) & (norms > 0)
+    if finite.sum() < 5:
+        return None
+    idx = np.flatnonzero(finite)
+    early = idx[: max(5, len(idx) // 10)]
+    base_step = int(early[np.argmin(norms[early])])
+    later = idx[idx > base_step]
+    if not len(later):
+        return None
+    peak_step = int(later[np.argmax(norms[later])])
+    decades = math.log10(norms[peak_step] / norms[base_step])
+    if overflowed:
+        decades = max(decades, math.log10(3.4e38 / norms[base_step]))
+        peak_step = until
+    return decades, base_step, peak_step
+
+
+def _lr_jump(record: RunRecord, near: int | None) -> str | None:
+    lr = record.column("lr")
+    if len(lr) < 2:
+        return None
+    ratio = lr[1:] / np.maximum(lr[:-1], 1e-30)
+    jumps = np.flatnonzero(ratio > 2.0) + 1
+    if near is not None:
+        jumps = jumps[np.abs(jumps - near) <= 5]
+    if not len(jumps):
+        return None
+    j = int(jumps[0])
+    return f"the recorded LR jumps {ratio[j - 1]:.0f}x at step {j} ({lr[j-1]:.3g} -> {lr[j]:.3g})"
+
+
+def _init_and_eps(run) -> tuple[str | None, str]:
+    """Look at the model itself: weight scale at step 0, norm eps, dead activations."""
+    trainer = run.trainer
+    model = trainer.model
+    notes = []
+    eps = [m.eps for m in model.modules()
+           if hasattr(m, "eps") and (hasattr(m, "normalized_shape") or hasattr(m, "impl"))]
+    if 0 in trainer.checkpoints.steps():
+        state = trainer.checkpoints.load(0)["model"]
+        weights = {k: v for k, v in state.items() if k.endswith("weight") and v.dim() == 2}
+    else:
+        weights = {n: p.detach() for n, p in model.named_parameters()
+                   if n.endswith("weight") and p.dim() == 2}
+    stds = {k: float(v.float().std()) for k, v in weights.items() if v.numel() > 1}
+    big = {k: std for k, std in stds.items() if std * math.sqrt(weights[k].shape[-1]) > 3.0}
+    has_norms = any(isinstance(m, nn.LayerNorm) or hasattr(m, "impl") for m in model.modules())
+    if eps and min(eps) < 1e-6:
+        return "tiny_eps", (f"a norm has eps = {min(eps):g}: a row with zero variance "
+                            "gives 0 / sqrt(0 + eps) = 0 / 0")
+    if big:
+        name, std = max(big.items(), key=lambda kv: kv[1])
+        note = "" if has_norms else " and there is no LayerNorm to rescale the activations"
+        return "bad_init", (f"{len(big)} weight matrices start with std * sqrt(fan_in) > 3 "
+                            f"(largest: {name}, std {std:.3g}){note}")
+    acts = {type(m).__name__ for m in model.modules()}
+    if "Sigmoid" in acts:
+        notes.append("sigmoid activations (slope <= 1/4: gradients shrink at every layer)")
+    names, steps, grid = run.record.layer_matrix("act_absmax") if run.record.layers \
+        else ([], [], None)
+    dead = [n for i, n in enumerate(names) if n.endswith(".act")
+            and np.nanmax(grid[i]) == 0.0] if grid is not None else []
+    if dead:
+        notes.append(f"{len(dead)} ReLU layers output exactly 0 at every recorded step (dead)")
+    if not has_norms:
+        notes.append("no LayerNorm anywhere")
+    if notes:
+        return "myth", "; ".join(notes)
+    return None, f"init scale normal, norm eps >= {min(eps) if eps else 'n/a'}"
+
+
+# -- the procedure -------------------------------------------------------------------
+def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
+    """Run the SOP on a bad run and return the root cause, the evidence and a proven fix.
+
+    ``source`` is a :class:`nanlab.faults.FaultRun`, a run folder written by the
+    trainer, or a finished :class:`Trainer` (then ``build`` is required).
+
+    >>> diagnose(faults_mod.run_fault("tiny_eps", steps=20)).cause  # doctest: +SKIP
+    'tiny_eps'
+    """
+    run, build = _resolve(source, build)
+    symptom, step = symptom_of(run)
+    if symptom == "healthy":
+        return Diagnosis("healthy", None, None, None, None, False, "nothing to fix",
+                         [Finding("data", "skipped", "the run is healthy")])
+    # A replay runs at least MIN_REPLAY_STEPS steps, so that "is it learning?" has an
+    # answer even for a short run; it stops 30 steps after the original failure.
+    config = run.trainer.config
+    config = config.replace(steps=max(config.steps, MIN_REPLAY_STEPS))
+    horizon = config.steps if step is None else min(config.steps,
+                                                    max(MIN_REPLAY_STEPS, step + 30))
+    replay = _Replayer(build, config, horizon)
+    findings: list[Finding] = []
+    cause = detail = fix = None
+    loc = _locate(run) if symptom in ("nonfinite", "error") else None
+    if loc is not None and loc.found:
+        where = f"locate, replaying step {loc.step}: first non-finite value in {loc.pass_name}"
+        if loc.module:
+            where += f", {loc.module} ({loc.module_type})"
+        c = loc.counts or {}
+        counts = (f"{c.get('nan', 0)} NaN, {c.get('posinf', 0) + c.get('neginf', 0)} inf "
+                  f"of {c.get('numel', '?')}")
+        order = {True: "yes", False: "no", None: "together"}[loc.inf_before_nan]
+        findings.append(Finding("data", "hint", f"{where}, {loc.tensor}: {counts}; "
+                                                f"inf before NaN: {order}"))
+
+    # 1. data
+    f = _check_data(run, step)
+    findings.append(f)
+    if f.verdict == "cause":
+        cause, fix = "dirty_data", "validate_data"
+
+    # 2. AMP off / bf16
+    if cause is None:
+        if config.precision == "fp32":
+            findings.append(Finding("amp", "skipped", "the run is fp32 already"))
+        else:
+            fp32 = replay("amp_off")
+            ok, why = health(fp32)
+            if ok:  # only then does it matter whether bf16 is enough
+                bf16 = replay("bf16")
+                ok16, why16 = health(bf16) if bf16 is not None else (False, "n/a")
+                cause = detail = _precision_detail(loc)
+                fix = "bf16" if ok16 else "amp_off"
+                if detail == "adam_eps_fp16":
+                    fix = "grad_scaler"
+                elif detail == "softmax_overflow":
+                    fix = "stable_softmax"
+                findings.append(Finding("amp", "cause", f"fp32 replay: {why}; bf16 replay: "
+                                                        f"{why16}"))
+            else:
+                gone = "nonfinite" != symptom_of(fp32)[0] and symptom == "nonfinite"
+                note = " - the NaN is gone but the run is still bad, so fp16 only made " \
+                       "the problem loud" if gone else ""
+                findings.append(Finding("amp", "ruled out", f"fp32 replay: {why}{note}"))
+
+    # 3. LR / 10 (and the LR column itself)
+    if cause is None:
+        jump = _lr_jump(run.record, step)
+        if jump:
+            cause, detail, fix = "learning_rate", "lr_jump", None
+            findings.append(Finding("lr", "cause", jump + f"; the symptom follows at step {step}"))
+        else:
+            low = replay("lr_div10")
+            ok, why = health(low)
+            if ok:
+                cause, fix = "learning_rate", "lr_div10"
+                if config.warmup_steps == 0:
+                    warm = replay("warmup_cosine")
+                    if warm is not None and health(warm)[0]:
+                        detail, fix = "no_warmup", "warmup_cosine"
+                findings.append(Finding("lr", "cause", f"LR {config.lr:g} / 10 replay: {why}"
+                                        + (" (and warmup alone cures it: warmup was 0)"
+                                           if detail == "no_warmup" else "")))
+            else:
+                findings.append(Finding("lr", "ruled out", f"LR / 10 replay: {why}"))
+
+    # 4. grad norms
+    if cause is None:
+        hist = _grad_history(run.record, step)
+        if hist and hist[0] >= EXPLOSION_DECADES:
+            decades, a, b = hist
+            cause, fix = "deep_explosion", "modern_block"
+            findings.append(Finding("grad_norms", "cause",
+                                    f"the global grad norm grew {decades:.1f} orders of "
+                                    f"magnitude from step {a} to step {b}"))
+        else:
+            text = "no grad-norm history before the failure" if not hist else \
+                f"grad norm grew {hist[0]:.1f} orders of magnitude at most"
+            findings.append(Finding("grad_norms", "ruled out", text))
+
+    # 5. init / eps
+    if cause is None:
+        kind, text = _init_and_eps(run)
+        if kind:
+            cause = kind
+            fix = {"tiny_eps": "norm_eps", "bad_init": "sane_init", "myth": "modern_block"}[kind]
+            if kind == "myth" and "dead" in text:
+                fix = "sane_init"  # the dead units come from their init (the bias)
+            if kind == "myth" and symptom != "stall":
+                cause = None
+        findings.append(Finding("init_eps", "cause" if cause else "ruled out", text))
+
+    # prove the fix
+    verified, proof = False, "no fix to try"
+    if fix:
+        fixed = replay(fix)
+        if fixed is None:
+            proof = f"{fix} changes nothing in this run"
+        else:
+            verified, proof = health(fixed)
+    elif cause == "learning_rate" and detail == "lr_jump":
+        proof = "a one-off LR glitch: fix the schedule; the loss recovers on its own"
+    return Diagnosis(symptom, step, cause, detail or cause, fix, verified, proof, findings,
+                     location=loc)
+
+
+def _resolve(source, build: Builder | None):
+    """A FaultRun to read and a builder to replay it, from what the user passed."""
+    if isinstance(source, faults_mod.FaultRun):
+        if build is None:
+            name, params = source.fault, source.params
+            build = lambda config: faults_mod.build_fault_trainer(name, config, params)  # noqa: E731
+        return source, build
+    if isinstance(source, Trainer):
+        if build is None:
+            raise NanlabError("diagnose(trainer) needs build=..., a function that makes the "
+                              "same trainer from a TrainConfig, so that the SOP can replay it")
+        return faults_mod.FaultRun(None, {}, [], source.record, source), build
+    if isinstance(source, (str, Path)):
+        return _resolve(load_run(source), build)
+    raise NanlabError(f"diagnose() takes a FaultRun, a run folder or a Trainer; got "
+                      f"{type(source).__name__}")
+
+
+
+__all__ = ["Diagnosis", "Finding", "diagnose", "health", "load_run", "symptom_of"]

@@ -1,0 +1,197 @@
+"""Where a fault reaches into a run that may not be nanlab's: the batches, the LR, the weights.
+
+:func:`inject` applies a catalogued fault to any model, optimizer and batch source;
+the :class:`Injection` it returns holds the levers the faults pull.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from nanlab.errors import NanlabError
+from nanlab.faults.catalogue import get_fault
+
+
+# ---------------------------------------------------------------------------------------
+# Where a fault reaches into a run: the batch source, the optimizer's LR, the weights.
+# ---------------------------------------------------------------------------------------
+def _find(batch: Any, key: str | int | None, want_float: bool):
+    """The (container key, tensor) in a batch: a named field, a dict key, a tuple index, or
+    by default the first float tensor (inputs) or the last integer tensor (labels)."""
+    if key is not None:
+        if isinstance(batch, dict):
+            return key, batch[key]
+        if isinstance(key, int):
+            return key, batch[key]
+        return key, getattr(batch, key)
+    if hasattr(batch, "__dataclass_fields__"):
+        items = [(k, getattr(batch, k)) for k in batch.__dataclass_fields__]
+    elif isinstance(batch, dict):
+        items = list(batch.items())
+    elif isinstance(batch, (list, tuple)):
+        items = list(enumerate(batch))
+    else:
+        items = [(None, batch)]
+    tensors = [(k, v) for k, v in items if isinstance(v, torch.Tensor)]
+    floats = [(k, v) for k, v in tensors if v.is_floating_point()]
+    ints = [(k, v) for k, v in tensors if not v.is_floating_point()]
+    found = floats[:1] if want_float else ints[-1:]
+    if not found:
+        kind = "floating-point input" if want_float else "integer label"
+        raise NanlabError(f"this fault needs a batch with a {kind} tensor; got "
+                          f"{type(batch).__name__}; name it with inputs=/labels=")
+    return found[0]
+
+
+def _put(batch: Any, key, value: torch.Tensor) -> Any:
+    if key is None:
+        return value
+    if isinstance(batch, dict):
+        return {**batch, key: value}
+    if isinstance(batch, tuple):
+        return tuple(value if i == key else v for i, v in enumerate(batch))
+    if isinstance(batch, list):
+        return [value if i == key else v for i, v in enumerate(batch)]
+    import dataclasses
+
+    return dataclasses.replace(batch, **{key: value})
+
+
+class Injection:
+    """A fault hooked into a model, an optimizer and a batch source.
+
+    ``batches(step)`` returns the (possibly corrupted) batch of that step and applies
+    any time-dependent change (an LR jump) first: call it once per step.
+    :func:`inject` makes one.
+
+    >>> source = lambda i: (torch.ones(4, 3), torch.zeros(4).long())   # (inputs, labels)
+    >>> injection = inject("nan_input", batches=source, at_step=2)
+    >>> [bool(injection.batches(i)[0].isnan().any()) for i in range(4)]
+    [False, False, True, False]
+    """
+
+    def __init__(self, model: nn.Module | None = None,
+                 optimizer: torch.optim.Optimizer | None = None,
+                 batches: Callable[[int], Any] | None = None,
+                 inputs: str | int | None = None, labels: str | int | None = None,
+                 scheduler=None):
+        self.model, self.optimizer, self.source = model, optimizer, batches
+        self.scheduler = scheduler
+        self.inputs, self.labels = inputs, labels
+        self.batch_faults: list[tuple[int, Callable[[Any], Any]]] = []
+        self.step_hooks: list[Callable[[int], None]] = []
+        self.notes: list[str] = []
+
+    def batches(self, step: int) -> Any:
+        self.before_step(step)
+        return self.corrupt(step, self.source(step))
+
+    def before_step(self, step: int) -> None:
+        for hook in self.step_hooks:
+            hook(step)
+
+    def corrupt(self, step: int, batch: Any) -> Any:
+        for at, fn in self.batch_faults:
+            if step == at:
+                batch = fn(batch)
+        return batch
+
+    # -- levers ----------------------------------------------------------------------
+    def on_batch(self, at_step: int, fn: Callable[[Any], Any]) -> None:
+        self._need("batches", self.source)
+        self.batch_faults.append((at_step, fn))
+
+    def edit_inputs(self, at_step: int, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        def apply(batch):
+            key, x = _find(batch, self.inputs, want_float=True)
+            return _put(batch, key, fn(x.clone()))
+        self.on_batch(at_step, apply)
+
+    def edit_labels(self, at_step: int, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        def apply(batch):
+            key, y = _find(batch, self.labels, want_float=False)
+            return _put(batch, key, fn(y.clone()))
+        self.on_batch(at_step, apply)
+
+    def set_lr_factor(self, factor: float, from_step: int = 0, until_step: int | None = None):
+        """Multiply the optimizer's LR by ``factor`` on steps [from_step, until_step)."""
+        self._need("optimizer", self.optimizer)
+        state = {"on": False}
+
+        def hook(step: int) -> None:
+            want = from_step <= step and (until_step is None or step < until_step)
+            if want != state["on"]:
+                k = factor if want else 1.0 / factor
+                for group in self.optimizer.param_groups:
+                    group["lr"] *= k
+                if self.scheduler is not None:
+                    self.scheduler.base_lrs = [lr * k for lr in self.scheduler.base_lrs]
+                state["on"] = want
+        self.step_hooks.append(hook)
+
+    def set_lr(self, lr: float) -> None:
+        """Train at ``lr`` from the first step on, whatever the optimizer was given."""
+        self._need("optimizer", self.optimizer)
+        self.set_lr_factor(lr / self.optimizer.param_groups[0]["lr"])
+
+    def scale_weights(self, factor: float) -> int:
+        """Multiply every Linear / Embedding / Conv weight by ``factor`` (a bad init)."""
+        self._need("model", self.model)
+        n = 0
+        with torch.no_grad():
+            for m in self.model.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding, nn.modules.conv._ConvNd)):
+                    m.weight.mul_(factor)
+                    n += 1
+        return n
+
+    def set_norm_eps(self, eps: float) -> int:
+        """Set ``eps`` on every LayerNorm-like module (anything with an ``eps`` and a
+        ``normalized_shape`` or nanlab's own LayerNorm)."""
+        self._need("model", self.model)
+        n = 0
+        for m in self.model.modules():
+            if hasattr(m, "eps") and (hasattr(m, "normalized_shape") or hasattr(m, "impl")):
+                m.eps = eps
+                n += 1
+        if n == 0:
+            raise NanlabError("this model has no LayerNorm-like module (with an eps) to change")
+        return n
+
+    def _need(self, what: str, value) -> None:
+        if value is None:
+            raise NanlabError(f"this fault needs {what}=...; pass it to inject()")
+
+
+def inject(name: str, *, model: nn.Module | None = None,
+           optimizer: torch.optim.Optimizer | None = None,
+           batches: Callable[[int], Any] | None = None,
+           inputs: str | int | None = None, labels: str | int | None = None,
+           **params) -> Injection:
+    """Apply a fault to a model, optimizer and batch source that nanlab did not create.
+
+    Changes to the model and optimizer happen in place now; data faults and LR changes
+    happen when you call ``injection.batches(step)``, once per step. ``inputs`` /
+    ``labels`` name the float input and the integer labels in your batch (a dict key, a
+    dataclass field or a tuple index) when the defaults (first float tensor, last
+    integer tensor) do not fit.
+
+    >>> inj = inject("nan_input", batches=lambda i: (torch.randn(4, 3), torch.zeros(4).long()),
+    ...              at_step=2)
+    >>> torch.isnan(inj.batches(2)[0]).any().item()
+    True
+    """
+    fault = get_fault(name)
+    p = fault.resolve(**params)
+    if fault.foreign is None:
+        raise NanlabError(f"fault {name!r} needs the built-in model's switches ({fault.needs}); "
+                          "it cannot be applied to a foreign model")
+    inj = Injection(model, optimizer, batches, inputs=inputs, labels=labels)
+    fault.install(inj, p)
+    fault.foreign(inj, p)
+    inj.notes.append(f"{name}: {fault.summary}")
+    return inj

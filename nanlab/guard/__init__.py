@@ -1,0 +1,17 @@
+"""Acting while training: stop, skip or recover; the spike detector; one decision per rank.
+
+- ``guard``:  the guard around the optimizer step (stop / skip / recover, evidence kept)
+- ``spikes``: the loss-spike detector (one-sided running z-score gated by a relative rise)
+- ``agree``:  the guard's flags all-reduced, so every data-parallel rank decides alike
+
+>>> from nanlab.guard import Guard
+>>> Guard("skip").mode
+'skip'
+"""
+
+from nanlab.guard.agree import agree, is_distributed
+from nanlab.guard.guard import ACTIONS, MODES, SPIKE_ACTIONS, VERDICTS, Decision, Guard
+from nanlab.guard.spikes import SpikeDetector
+
+__all__ = ["ACTIONS", "MODES", "SPIKE_ACTIONS", "VERDICTS", "Decision", "Guard",
+           "SpikeDetector", "agree", "is_distributed"]

@@ -1,0 +1,642 @@
+"""The guard around the optimizer step: stop, skip or recover when a step goes bad.
+
+A NaN does not stop a run by itself (claim B3): the optimizer writes it into every
+weight and the loop trains on, burning compute. The guard looks at the step's loss and
+global grad norm *after* backward and *before* the update, and acts:
+
+- ``stop``: stop-loss (claim M9). Drop the update, keep the evidence (weights, optimizer
+  state, gradients and the offending batch, loadable with ``weights_only=True``), stop.
+- ``skip``: drop the update: the optimizer step *and* the LR-scheduler step, as
+  Megatron-LM and DeepSpeed do on an fp16 overflow. Every skip is counted and logged
+  with its reason (DeepSpeed users complain that skipped steps are silent, #8415).
+- ``recover`` (claims M1, M10, PaLM): keep the evidence, roll back to the last good
+  checkpoint at or before the failure, never train on the batches around the failure
+  again; if the failure comes back anyway, go back further and cut the LR (/10); give
+  up loudly after ``max_rollbacks``.
+
+A **spike detector** can act before the NaN: a one-sided running z-score of the loss
+(optionally the grad norm too) over the last ``window`` finite values. ``spike=``
+chooses what a spike triggers.
+
+With ``rerun=True`` a failed step is first run again from the same state (the update has
+not happened yet) to tell a one-off fault (a bit flip, a flaky device: *transient*) from
+one that reproduces (data, or data and model state together: *persistent*), as
+Megatron-LM's ``RerunStateMachine`` does. A transient fault is not worth a rollback.
+
+Cheap while healthy: no hooks, no host sync of its own (it reads the trainer's one
+sync per step, ``info.loss_value`` / ``info.grad_norm_value``), O(1) work per step. Under
+``torch.distributed`` it adds one all-reduce of two flags per step, so that every rank
+takes the same decision (:mod:`nanlab.distributed`).
+
+How the big systems do it, and what nanlab adds:
+
+=============  =========================================================================
+Megatron-LM    validates the loss every step (fatal by default); ``--check-for-spiky-loss``
+               flags a loss >= 10x the max of the early steps; on an fp16 overflow it
+               skips the optimizer and scheduler step after an all-reduce MAX of the
+               found-inf flag; the RerunStateMachine re-runs a step in place, then from a
+               checkpoint on another GPU, to classify the fault.
+DeepSpeed      skips the step on overflow ("OVERFLOW! ... Skipping step"), lowers the
+               loss scale; the skip is easy to miss in the logs.
+OLMo-core      ``SkipStepOptimizer``: skips when loss or grad norm > mean + 6 sigma of
+               the last 128 steps, without a host sync (two-sided: an unusually *low*
+               loss is skipped too).
+Lightning      ``SpikeDetection``: window 10, rtol 2.0; raises, and writes the ids of the
+               spiky batch and the one before it to a file that nothing reads back.
+PaLM 540B      about 20 spikes: restart about 100 steps before, skip 200-500 batches;
+               the same batches from an earlier state did not spike.
+OPT-175B       manual restarts, the LR cut each time.
+=============  =========================================================================
+
+nanlab does all of it in one object: the rollback, the data skip (actually read back by
+the trainer) and the LR cut wired together, bounded retries, the evidence kept, every
+action an event with its reason, a one-sided z-score gated by a relative rise, and the
+same guard in nanlab's Trainer and in a plain loop.
+
+In nanlab's Trainer::
+
+    guard = Guard("recover", spike="recover").attach(trainer)
+    trainer.run()
+    guard.summary()
+
+With ``nanlab.faults.run_fault``: ``run_fault("nan_input", callbacks=guard.callbacks())``.
+
+In your own loop (``keep`` and ``rollback`` are only needed for ``recover``)::
+
+    guard = Guard("recover").watch(model, optimizer)
+    step, pos = 0, 0
+    while step < steps:
+        if step % 10 == 0:
+            guard.keep(step, pos)                  # a good state to come back to
+        pos = guard.next_position(pos)           # jumps over batches the guard dropped
+        loss = loss_fn(model, batches(pos))
+        optimizer.zero_grad()
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        decision = guard.check(step, loss.item(), norm.item(), batch_index=pos)
+        if decision.action == "rollback":
+            step, pos = guard.rollback()
+            continue
+        if decision.action == "stop":
+            break
+        if decision.ok:
+            optimizer.step()
+        step, pos = step + 1, pos + 1
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nanlab.batches import frozen, plain
+from nanlab.checkpoint import atomic_save, safe_load
+from nanlab.errors import NanlabError, check_choice, check_range
+from nanlab.guard.agree import agree, is_distributed
+from nanlab.guard.spikes import RTOL, WARMUP, WINDOW, SpikeDetector, Z
+
+MODES = ("stop", "skip", "recover")
+SPIKE_ACTIONS = (None, "stop", "skip", "recover")
+ACTIONS = ("ok", "skip", "stop", "rollback")
+VERDICTS = ("transient", "persistent")
+LR_CUTS = ("repeat", "always")
+LR_FACTOR = 0.1  # see Guard
+SKIP_BEFORE, SKIP_AFTER = 1, 2  # see Guard
+MAX_ROLLBACKS = 3
+
+
+@dataclass
+class Decision:
+    """What the guard decided about one step. ``ok`` means: apply the update.
+
+    ``action``: "ok", "skip" (drop this update), "stop" (end the run) or "rollback" (go
+    back to ``to_step``, multiply the LR by ``lr_factor``, never train on ``skip_batches``).
+
+    >>> d = Guard("skip").check(7, loss=float("nan"), grad_norm=float("nan"))
+    >>> d.action, d.ok, d.trigger
+    ('skip', False, 'nonfinite')
+    """
+
+    action: str
+    step: int
+    trigger: str | None = None  # "nonfinite" | "spike"
+    reason: str = ""
+    z: float = math.nan  # the loss z-score, when the detector is on and warmed up
+    verdict: str | None = None  # "transient" | "persistent", with rerun=True
+    to_step: int | None = None
+    lr_factor: float = 1.0
+    skip_batches: tuple[int, ...] = ()
+    repeat: bool = False  # a rollback for a failure that came back after the last one
+
+    @property
+    def ok(self) -> bool:
+        return self.action == "ok"
+
+
+class Guard:
+    """Stop, skip or recover on a non-finite step or a loss spike; see the module docstring.
+
+    ``mode`` is what a non-finite loss or grad norm triggers; ``spike`` what a loss spike
+    triggers (None: no detector). Detector: ``window``, ``warmup``, ``z``, ``rtol``,
+    ``watch_grad_norm`` (off by default: the clean toy run's grad norm legitimately jumps
+    3x around step 40, z = 9.7 with a window of 20; OLMo-core watches it over 128 steps).
+
+    Recovery, escalating (each rollback goes to the last checkpoint at or before the
+    failure; for a spike at step t, at or before t - 1, since update t - 1 did the harm):
+
+    - The first rollback of an incident only skips data, as PaLM did. A failure that
+      comes back before the run got past the last one by as many steps as it went back
+      is the same incident ("repeat"): the data was not (only) to blame. Then the guard
+      goes back one checkpoint further (the state it had restored may already be bad:
+      weights grown too large to take any step) and multiplies the LR by ``lr_factor``.
+      ``lr_cut="always"`` cuts at every rollback instead (the article's recipe, M1).
+    - ``lr_factor=0.1``: the article's /10, compounding. Measured on the toy: after two
+      dirty-data NaNs, cutting at every rollback ends 2x (x0.5) to 4.6x (/10) above the
+      clean run's loss, skipping data alone ends within 10 % of it; on a 10x-too-high
+      LR (``high_lr``), x0.5 on repeats gives up after 3 rollbacks, /10 survives.
+      OPT-175B cut 10 %, then to 2/3 of GPT-3's LR, by hand.
+    - ``skip_before=1, skip_after=2``: never train on batches ``b - 1 .. b + 2`` around
+      the failing batch ``b``. The batch before, because it may have moved the weights
+      into the bad place (Lightning skips it too); two after, because bad data comes in
+      runs (a corrupt shard). PaLM skipped 200-500 batches per spike, about 0.1-0.2 % of
+      its run; 0.2 % of the toy's 200 steps is less than one batch, so a few is generous.
+    - ``max_rollbacks=3``: after that many rollbacks the next failure stops the run with
+      a clear reason (event "give_up") instead of looping.
+
+    ``rerun=True`` runs a failed step again first (see the module docstring).
+    ``sync_ranks`` (None = when ``torch.distributed`` runs with more than one rank):
+    all-reduce the decision flags so every data-parallel rank acts alike.
+    ``evidence_dir``: where ``stop`` / ``recover`` write the bad state (default: the
+    trainer's run folder; in memory when there is none).
+
+    >>> guard = Guard("skip")
+    >>> guard.check(0, loss=2.3, grad_norm=1.0).action
+    'ok'
+    >>> guard.check(1, loss=float("nan"), grad_norm=float("nan")).action
+    'skip'
+    """
+
+    def __init__(
+        self,
+        mode: str = "stop",
+        *,
+        spike: str | None = None,
+        window: int = WINDOW,
+        warmup: int = WARMUP,
+        z: float = Z,
+        rtol: float = RTOL,
+        watch_grad_norm: bool = False,
+        lr_factor: float = LR_FACTOR,
+        lr_cut: str = "repeat",
+        skip_before: int = SKIP_BEFORE,
+        skip_after: int = SKIP_AFTER,
+        max_rollbacks: int = MAX_ROLLBACKS,
+        rerun: bool = False,
+        sync_ranks: bool | None = None,
+        evidence_dir: str | Path | None = None,
+    ):
+        check_choice("mode", mode, MODES)
+        check_choice("spike", spike, SPIKE_ACTIONS)
+        check_range("lr_factor", lr_factor, 0.0, 1.0)
+        check_choice("lr_cut", lr_cut, LR_CUTS)
+        if lr_factor == 0:
+            raise NanlabError("lr_factor=0 is out of range; allowed: a number > 0 and <= 1 "
+                              "(0.5 halves the LR at each rollback, 1 keeps it)")
+        check_range("skip_before", skip_before, 0, integer=True)
+        check_range("skip_after", skip_after, 0, integer=True)
+        check_range("max_rollbacks", max_rollbacks, 0, integer=True)
+        self.mode, self.spike = mode, spike
+        self.loss_detector = SpikeDetector(window, warmup, z, rtol)
+        self.norm_detector = SpikeDetector(window, warmup, z, rtol) if watch_grad_norm else None
+        self.lr_factor, self.lr_cut = lr_factor, lr_cut
+        self.skip_before, self.skip_after = skip_before, skip_after
+        self.max_rollbacks, self.rerun, self.sync_ranks = max_rollbacks, rerun, sync_ranks
+        self.evidence_dir = Path(evidence_dir) if evidence_dir is not None else None
+        self.settings = {"mode": mode, "spike": spike, "window": window, "warmup": warmup,
+                         "z": z, "rtol": rtol, "watch_grad_norm": watch_grad_norm,
+                         "lr_factor": lr_factor, "lr_cut": lr_cut, "skip_before": skip_before,
+                         "skip_after": skip_after, "max_rollbacks": max_rollbacks,
+                         "rerun": rerun, "sync_ranks": sync_ranks}
+        self.counts = {"nonfinite": 0, "spike": 0, "skip": 0, "rollback": 0, "stop": 0,
+                       "transient": 0}
+        self.events: list[dict] = []  # everything the guard did, also in a plain loop
+        self.evidence: list[dict] = []  # the bad states kept (a path when written to disk)
+        self.skip_batches: set[int] = set()  # plain loop: batches never to train on
+        self.rollbacks = 0
+        self.lr_scale = 1.0  # plain loop: the product of all LR cuts so far
+        self.trainer = None
+        self._model: torch.nn.Module | None = None
+        self._optimizer = self._scheduler = None
+        self._kept: dict[int, tuple[bytes, Any, float, tuple]] = {}  # plain loop states
+        self._detector_at: dict[int, tuple] = {}  # trainer: detector state per checkpoint
+        self._last: Decision | None = None
+        self._last_rollback: tuple[int, int] | None = None  # (failed step, restored step)
+        self._pending: Decision | None = None
+        self._rng: tuple | None = None  # (cpu, cuda) RNG states at the step's start
+        self._scaler_handles_inf = False
+
+    # -- the decision (shared by the trainer and a plain loop) ---------------------------
+    def check(self, step: int, loss: float, grad_norm: float | None = None, *,
+              batch_index: int | None = None, batch: Any = None, finite: bool | None = None,
+              rerun: Callable[[], tuple[float, float]] | None = None) -> Decision:
+        """Decide about one step from its loss and grad norm (host floats, already synced).
+
+        ``finite`` overrides the finiteness test (the Trainer passes its own, which lets a
+        GradScaler handle inf gradients). ``batch`` is kept as evidence on stop / recover.
+        ``rerun`` (used with ``rerun=True``) recomputes the same step's loss and grad norm
+        from the same state, gradients in place, and returns them.
+
+        >>> Guard("stop").check(5, float("inf"), 1.0).reason
+        'non-finite loss (loss inf, grad norm 1)'
+        """
+        loss, grad = float(loss), math.nan if grad_norm is None else float(grad_norm)
+        if finite is None:
+            finite = math.isfinite(loss) and (grad_norm is None or math.isfinite(grad))
+        z, spike = self._spike_test(loss, grad) if finite and self.spike else (math.nan, False)
+        bad_here, spike_here = not finite, spike
+        bad, spike = self._agree(bad_here, spike)
+        if not bad and not spike:
+            self._observe(loss, grad)
+            self._last = Decision("ok", step, z=z)
+            return self._last
+
+        trigger = "nonfinite" if bad else "spike"
+        self.counts[trigger] += 1
+        reason = self._reason(trigger, loss, grad, z, local=bad_here or spike_here)
+        verdict = None
+        if self.rerun and rerun is not None:
+            verdict = self._classify(step, trigger, loss, grad, rerun)
+            if verdict == "transient":
+                self.counts["transient"] += 1
+                self._log("guard", step, trigger=trigger, action="ok", verdict=verdict,
+                          loss=loss, grad_norm=grad, z=z, batch=batch_index,
+                          reason=f"{reason}; the rerun was clean: transient, update applied")
+                self._last = Decision("ok", step, trigger, reason, z, verdict)
+                return self._last
+        if finite:  # spikes enter the window too (as in OLMo-core), so that a lasting
+            self._observe(loss, grad)  # shift of level is accepted, not skipped forever
+        action = self.mode if trigger == "nonfinite" else self.spike
+        decision = Decision(action, step, trigger, reason, z, verdict)
+        if action == "recover":
+            decision = self._plan_rollback(decision, batch_index)
+        self._log("guard", step, trigger=trigger, action=decision.action, verdict=verdict,
+                  loss=loss, grad_norm=grad, z=z, batch=batch_index, reason=decision.reason)
+        if action == "recover" and decision.action == "stop":
+            self._log("give_up", step, reason=decision.reason, rollbacks=self.rollbacks)
+        if decision.action == "skip":
+            self.counts["skip"] += 1
+            decision.reason = f"{reason}; skip #{self.counts['skip']}"
+            self._log("skip", step, record=False, batch=batch_index, reason=decision.reason)
+        elif decision.action in ("stop", "rollback"):
+            self._keep_evidence(decision, loss, grad, batch_index, batch)
+            if decision.action == "stop":
+                self.counts["stop"] += 1
+                self._log("stop", step, record=False, reason=decision.reason)
+        self._last = decision
+        return decision
+
+    def _spike_test(self, loss: float, grad: float) -> tuple[float, bool]:
+        z = self.loss_detector.score(loss)
+        spike = self.loss_detector.is_spike(loss)
+        if self.norm_detector is not None and math.isfinite(grad):
+            spike = spike or self.norm_detector.is_spike(grad)
+        return z, spike
+
+    def _observe(self, loss: float, grad: float) -> None:
+        if math.isfinite(loss):
+            self.loss_detector.add(loss)
+        if self.norm_detector is not None and math.isfinite(grad):
+            self.norm_detector.add(grad)
+
+    def _agree(self, *flags: bool) -> tuple[bool, ...]:
+        """Every rank's flags, all-reduced with MAX, when data-parallel (else unchanged)."""
+        sync = self.sync_ranks if self.sync_ranks is not None else is_distributed()
+        return agree(*flags) if sync else flags
+
+    @staticmethod
+    def _reason(trigger: str, loss: float, grad: float, z: float, local: bool) -> str:
+        where = "" if local else " on another rank"
+        if trigger == "nonfinite":
+            what = "loss" if not math.isfinite(loss) else "grad norm"
+            return f"non-finite {what}{where} (loss {loss:.4g}, grad norm {grad:.4g})"
+        return f"loss spike{where} (loss {loss:.4g}, z = {z:.1f})"
+
+    def _classify(self, step: int, trigger: str, loss: float, grad: float,
+                  rerun: Callable[[], tuple[float, float]]) -> str:
+        """Run the step again from the same state: does the failure come back?"""
+        loss2, grad2 = rerun()
+        if trigger == "nonfinite":
+            finite = math.isfinite(loss2) and (math.isfinite(grad2) or self._scaler_handles_inf)
+            still_bad = not finite
+        else:  # a NaN on the rerun is no better than the spike
+            still_bad = not math.isfinite(loss2) or self._spike_test(loss2, grad2)[1]
+        (still_bad,) = self._agree(still_bad)
+        verdict = "persistent" if still_bad else "transient"
+        same = (loss2 == loss or (math.isnan(loss2) and math.isnan(loss)))
+        self._log("rerun", step, verdict=verdict, loss=loss, rerun_loss=loss2,
+                  grad_norm=grad, rerun_grad_norm=grad2, identical=same)
+        return verdict
+
+    def _plan_rollback(self, d: Decision, batch_index: int | None) -> Decision:
+        if self.rollbacks >= self.max_rollbacks:
+            d.action = "stop"
+            d.reason = (f"gave up: {d.reason} at step {d.step} after {self.rollbacks} "
+                        f"rollback(s) (max_rollbacks={self.max_rollbacks})")
+            return d
+        # A spike at step t shows the damage of update t - 1: the state saved before
+        # step t already has it, so go back to one saved before step t - 1 at the latest.
+        target = d.step if d.trigger == "nonfinite" else max(0, d.step - 1)
+        # A failure that comes back before the run got past the last one by as many steps
+        # as it went back is the same incident: skipping the data did not cure it. Then
+        # the state we went back to may be bad already (weights grown too large), so go
+        # back one checkpoint further, and the cause is (also) the LR, so cut it. PaLM
+        # only skipped data; OPT and the article cut the LR.
+        last = self._last_rollback
+        repeat = last is not None and d.step <= last[0] + max(1, last[0] - last[1])
+        if repeat:
+            target = min(target, max(0, last[1] - 1))
+        good = [s for s in self._good_steps() if s <= target]
+        if not good:
+            d.action = "stop"
+            d.reason = (f"gave up: {d.reason}; no good state at or before step {target} to "
+                        "roll back to (plain loop: call guard.keep(step) every few steps)")
+            return d
+        d.action, d.to_step = "rollback", good[-1]
+        if self.lr_cut == "always" or repeat:
+            d.lr_factor = self.lr_factor
+        d.repeat = repeat
+        if batch_index is not None:
+            d.skip_batches = tuple(range(max(0, batch_index - self.skip_before),
+                                         batch_index + self.skip_after + 1))
+        return d
+
+    def _good_steps(self) -> list[int]:
+        if self.trainer is not None:
+            return self.trainer.checkpoints.steps()
+        return sorted(self._kept)
+
+    # -- events and evidence -------------------------------------------------------------
+    def _log(self, kind: str, step: int, record: bool = True, **details) -> None:
+        """An event in ``guard.events`` and, attached to a trainer, in its run record
+        (``record=False`` for "skip" and "stop", which the trainer logs itself)."""
+        self.events.append({"kind": kind, "step": step, **details})
+        if record and self.trainer is not None:
+            self.trainer.record.log_event(kind, step, **details)
+
+    def _keep_evidence(self, d: Decision, loss: float, grad: float, batch_index: int | None,
+                       batch: Any) -> None:
+        """The state that produced the bad step (before its update), the gradients it
+        produced and its batch: enough to replay it. Tensors and plain Python only."""
+        if self._model is None:
+            return
+        state = (self.trainer.state_dict() if self.trainer is not None
+                 else self._loop_state())
+        if self.trainer is not None and self._rng is not None:
+            state["rng_cpu"] = self._rng[0]  # the step's start: replay is then exact
+        evidence = {
+            "step": d.step, "trigger": d.trigger, "action": d.action, "reason": d.reason,
+            "loss": loss, "grad_norm": grad, "batch_index": batch_index,
+            "state": state, "batch": plain(batch),
+            "grads": {n: p.grad.detach().cpu() for n, p in self._model.named_parameters()
+                      if p.grad is not None},
+        }
+        folder = self.evidence_dir or (self.trainer.record.directory
+                                       if self.trainer is not None else None)
+        if folder is not None:
+            path = Path(folder) / "evidence" / f"step_{d.step:06d}.pt"
+            atomic_save(evidence, path)
+            self.evidence.append({"step": d.step, "path": str(path)})
+            self._log("snapshot", d.step, path=str(path), batch=batch_index)
+        else:
+            self.evidence.append(frozen(evidence))
+            self._log("snapshot", d.step, path=None, batch=batch_index)
+
+    def summary(self) -> dict:
+        """Counts of what the guard saw and did, for a notebook or a report."""
+        return {**self.counts, "rollbacks": self.rollbacks, "events": len(self.events),
+                "evidence": len(self.evidence)}
+
+    # -- nanlab's Trainer ----------------------------------------------------------------
+    def attach(self, trainer) -> Guard:
+        """Plug into a :class:`nanlab.train.Trainer`; returns the guard.
+
+        >>> from nanlab.train import TrainConfig, Trainer
+        >>> guard = Guard("skip").attach(Trainer(TrainConfig(steps=5, progress=False)))
+        """
+        self._bind(trainer)
+        for event, fn in self._callbacks():
+            trainer.add_callback(event, fn)
+        return self
+
+    def callbacks(self) -> list[tuple[str, Callable]]:
+        """``(event, fn)`` pairs for ``faults.run_fault(..., callbacks=guard.callbacks())``:
+        the guard binds itself to the trainer when the run starts.
+
+        >>> from nanlab import faults
+        >>> guard = Guard("skip")
+        >>> run = faults.run_fault("nan_input", steps=45,
+        ...                        callbacks=guard.callbacks())  # doctest: +SKIP
+        >>> guard.counts["skip"]  # doctest: +SKIP
+        1
+        """
+        return [("on_run_start", lambda tr, info: self._bind(tr)), *self._callbacks()]
+
+    def _callbacks(self) -> list[tuple[str, Callable]]:
+        pairs = [("on_after_backward", self._after_backward), ("on_step_end", self._step_end),
+                 ("on_checkpoint", self._checkpointed)]
+        if self.rerun:
+            pairs.append(("on_step_start", self._remember_rng))
+        return pairs
+
+    def _bind(self, trainer) -> None:
+        if self.trainer is trainer:
+            return
+        if self.trainer is not None:
+            raise NanlabError("this Guard is already attached to another trainer; "
+                              "make one Guard per run")
+        if "recover" in (self.mode, self.spike) and not trainer.config.checkpoint_every:
+            raise NanlabError(
+                f"Guard(mode={self.mode!r}, spike={self.spike!r}) rolls back to checkpoints, "
+                "but this trainer keeps none (checkpoint_every=0); allowed: "
+                "checkpoint_every > 0, or mode='stop' / 'skip'")
+        self.trainer, self._model = trainer, trainer.model
+        self._scaler_handles_inf = trainer.scaler is not None
+        trainer.record.manifest["guard"] = dict(self.settings)
+        trainer.record.write_manifest()
+
+    def _remember_rng(self, trainer, info) -> None:
+        """Only with rerun=True: a 5 kB copy (and the CUDA generator's seed and offset)."""
+        cuda = trainer.device.type == "cuda"
+        self._rng = (torch.get_rng_state(),
+                     torch.cuda.get_rng_state(trainer.device) if cuda else None)
+
+    def _after_backward(self, trainer, info) -> None:
+        rerun = (lambda: self._rerun_in_trainer(trainer, info)) if self.rerun else None
+        d = self.check(info.step, info.loss_value, info.grad_norm_value, finite=info.finite,
+                       batch_index=info.batch_index, batch=info.batch, rerun=rerun)
+        if d.ok:  # after a transient fault the gradients are the rerun's; with a
+            return  # GradScaler, scaler.step still sees the first pass's inf and skips
+        info.skip, info.skip_reason = True, f"guard: {d.reason}"
+        if d.action == "stop":
+            trainer.stop_requested, trainer.stop_reason = True, f"guard: {d.reason}"
+        elif d.action == "rollback":
+            self._pending = d  # the trainer finishes the step first; then we go back
+
+    def _step_end(self, trainer, info) -> None:
+        if self._pending is None:
+            return
+        d, self._pending = self._pending, None
+        scale = trainer.lr_scale * d.lr_factor  # compounding: each rollback cuts again
+        trainer.restore(d.to_step)
+        trainer.set_lr_scale(scale)  # restore() loaded the checkpoint's own lr_scale
+        trainer.skip_batches.update(d.skip_batches)
+        if d.to_step in self._detector_at:
+            self._load_detectors(self._detector_at[d.to_step])
+        self._record_rollback(d, scale)
+
+    def _record_rollback(self, d: Decision, scale: float) -> None:
+        self.rollbacks += 1
+        self.counts["rollback"] += 1
+        self._last_rollback = (d.step, d.to_step)
+        self._log("rollback", d.step, to_step=d.to_step, attempt=self.rollbacks,
+                  max_rollbacks=self.max_rollbacks, repeat=d.repeat, reason=d.reason,
+                  verdict=d.verdict)
+        if d.lr_factor != 1.0:
+            self._log("lr_cut", d.step, factor=d.lr_factor, lr_scale=scale)
+        if d.skip_batches:
+            self._log("skip_batches", d.step, batches=list(d.skip_batches))
+
+    def _checkpointed(self, trainer, info) -> None:
+        """Remember the detector as it was at this checkpoint, to rewind it on rollback."""
+        self._detector_at[trainer.step] = self._detector_state()
+
+    def _detector_state(self) -> tuple:
+        norm = self.norm_detector.state() if self.norm_detector is not None else None
+        return self.loss_detector.state(), norm
+
+    def _load_detectors(self, state: tuple) -> None:
+        self.loss_detector.load(state[0])
+        if self.norm_detector is not None and state[1] is not None:
+            self.norm_detector.load(state[1])
+
+    def _rerun_in_trainer(self, trainer, info) -> tuple[float, float]:
+        """The step again, as the trainer ran it: same weights, optimizer state, batch and
+        RNG (the update has not happened yet); the gradients are replaced in place."""
+        from nanlab.train import global_grad_norm
+
+        if self._rng is not None:
+            cpu, cuda = self._rng
+            torch.set_rng_state(cpu)
+            if cuda is not None:
+                torch.cuda.set_rng_state(cuda, trainer.device)
+        with trainer.autocast():
+            loss = trainer.loss_fn(trainer.model, info.batch)
+        trainer.optimizer.zero_grad(set_to_none=True)
+        if trainer.scaler is not None:  # scale and unscale by hand: unscale_() runs once
+            scale = trainer.scaler.get_scale()
+            (loss * scale).backward()
+            for p in trainer.params:
+                if p.grad is not None:
+                    p.grad.div_(scale)
+        else:
+            loss.backward()
+        clip = trainer.config.grad_clip
+        norm = (torch.nn.utils.clip_grad_norm_(trainer.params, clip) if clip > 0
+                else global_grad_norm(trainer.params))
+        values = torch.stack([loss.detach().float().cpu(), norm.detach().float().cpu()])
+        loss2, norm2 = values.tolist()
+        return loss2, norm2
+
+    # -- a plain loop --------------------------------------------------------------------
+    def watch(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+              scheduler: Any = None) -> Guard:
+        """Plain loop: the model, optimizer (and LR scheduler) to snapshot and roll back.
+
+        >>> net = torch.nn.Linear(2, 1)
+        >>> guard = Guard("recover").watch(net, torch.optim.SGD(net.parameters(), lr=0.1))
+        """
+        if self.trainer is not None:
+            raise NanlabError("this Guard is attached to a trainer; watch() is for a plain "
+                              "loop: make a second Guard")
+        self._model, self._optimizer, self._scheduler = model, optimizer, scheduler
+        return self
+
+    def _loop_state(self) -> dict:
+        state = {"model": self._model.state_dict(), "optimizer": self._optimizer.state_dict()}
+        if self._scheduler is not None:
+            state["scheduler"] = self._scheduler.state_dict()
+        return state
+
+    def _need_watch(self, what: str) -> None:
+        if self._optimizer is None:
+            raise NanlabError(f"guard.{what}() needs guard.watch(model, optimizer) first "
+                              "(or attach(trainer), which keeps checkpoints itself)")
+
+    def keep(self, step: int, position: Any = None) -> None:
+        """Plain loop: remember the current state as good, before running ``step``.
+
+        ``position`` is your data position (handed back by :meth:`rollback`). The last two
+        states are kept in memory (a spike at step t needs one from before step t - 1).
+
+        >>> net = torch.nn.Linear(2, 1)
+        >>> guard = Guard("recover").watch(net, torch.optim.SGD(net.parameters(), lr=0.1))
+        >>> guard.keep(0, position=0)
+        """
+        self._need_watch("keep")
+        buf = io.BytesIO()
+        torch.save(self._loop_state(), buf)
+        self._kept[step] = (buf.getvalue(), position, self.lr_scale, self._detector_state())
+        for old in sorted(self._kept)[:-2]:
+            del self._kept[old]
+
+    def rollback(self) -> tuple[int, Any]:
+        """Plain loop: act on the last "rollback" decision. Loads the kept state, cuts the
+        LR, remembers the batches to skip; returns ``(step, position)`` to resume from.
+
+        >>> # after: decision = guard.check(...); decision.action == "rollback"
+        >>> # step, pos = guard.rollback()
+        """
+        self._need_watch("rollback")
+        d = self._last
+        if d is None or d.action != "rollback":
+            raise NanlabError("guard.rollback() follows a check() that returned "
+                              f"action='rollback'; the last decision was "
+                              f"{d.action if d else None!r}")
+        blob, position, kept_scale, detectors = self._kept[d.to_step]
+        state = safe_load(blob)
+        self._model.load_state_dict(state["model"])
+        self._optimizer.load_state_dict(state["optimizer"])
+        if self._scheduler is not None and "scheduler" in state:
+            self._scheduler.load_state_dict(state["scheduler"])
+        self.lr_scale *= d.lr_factor
+        ratio = self.lr_scale / kept_scale  # the kept state ran at its own, older scale
+        for group in self._optimizer.param_groups:
+            group["lr"] *= ratio
+        if self._scheduler is not None and hasattr(self._scheduler, "base_lrs"):
+            self._scheduler.base_lrs = [lr * ratio for lr in self._scheduler.base_lrs]
+        for s in [s for s in self._kept if s > d.to_step]:  # the abandoned branch
+            del self._kept[s]
+        self.skip_batches.update(d.skip_batches)
+        self._load_detectors(detectors)
+        self._record_rollback(d, self.lr_scale)
+        self._last = None
+        return d.to_step, position
+
+    def next_position(self, position: int) -> int:
+        """Plain loop: the first batch index at or after ``position`` not to be skipped.
+
+        >>> Guard().next_position(3)
+        3
+        """
+        while position in self.skip_batches:
+            position += 1
+        return position
+
+
+__all__ = ["ACTIONS", "MODES", "SPIKE_ACTIONS", "VERDICTS", "Decision", "Guard"]

@@ -1,0 +1,804 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] tags=["solution-only"]
+# **Source notebook (solution version).** This pair, `solutions/02_dirty_data.py` and
+# `solutions/02_dirty_data.ipynb`, is the single source of `labs/02_dirty_data.ipynb`, answers
+# filled in. Edit either file (in JupyterLab the other follows on save), then run
+# `nanlab course execute solutions/02_dirty_data.py` (syncs the pair, stores the outputs
+# the tests compare) and `nanlab course build` (writes the learner's version).
+
+# %% [markdown]
+# # Lab 02 · Dirty data (脏数据): one bad batch, NaN forever
+#
+# The cheapest cause of a NaN loss to check, and one of the commonest: the data.
+# An upstream job writes an empty cell that parses as NaN, a sensor gets stuck, a
+# label comes from the wrong vocabulary. In this lab:
+#
+# 1. **the failure**: one NaN reading in one batch; watch training carry on, silently,
+#    on garbage;
+# 2. **the investigation** (SOP step 1, data): the record, the plots, the batch of
+#    the bad step, and `locate`, which replays that step and names the first tensor
+#    that went non-finite;
+# 3. **the other kinds of dirty data**: a constant column standardised by a std of 0,
+#    a batch with every target masked, an illegal label (and why that one is loud in
+#    PyTorch, not the silent NaN the interview lore promises);
+# 4. **the fix**: you write the batch validation and a safe standardisation;
+# 5. **the proof**: the same seed, a normal curve, the same loss as the clean run;
+#    and the wrong fixes, measured, failing;
+# 6. **interview practice**, and how an instructor puts this fault into any model.
+#
+# CPU is enough; about 45 minutes. Do Lab 00 first: it shows what a healthy run
+# looks like.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import dataclasses
+import math
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nanlab import faults
+from nanlab.course import check, hint, start_lab
+from nanlab.data import IGNORE_INDEX, CountingTask, standardize
+from nanlab.faults import batch_problems, run_fault
+from nanlab.train import TrainConfig, Trainer
+from nanlab.viz import plot_compare, plot_grad_heatmap, plot_loss
+
+start_lab("02_dirty_data")
+VOCAB = 32  # the counting task's number of tokens: legal labels are 0..31
+
+# %% [markdown]
+# ## 1. The failure
+# We train the clean baseline of Lab 00 (200 steps, seed 0), except that the batch
+# of step 40 carries **one** NaN in its float feature: one reading, in one example,
+# out of 1,024. That is `faults.run_fault("nan_input")`. Nothing writes a NaN into
+# the loss or the weights on purpose; the arithmetic does the rest.
+#
+# A small callback counts, after every step, how many parameters are still finite.
+
+# %%
+finite_after = {}  # step -> number of finite parameter values after that step
+
+
+def count_finite(trainer, info):
+    finite_after[info.step] = sum(int(torch.isfinite(p).sum())
+                                  for p in trainer.model.parameters())
+
+
+bad = run_fault("nan_input", progress=True, callbacks=[("on_step_end", count_finite)])
+rec = bad.record
+
+# %% [markdown]
+# Did anything complain? Look at what the run reports about itself.
+
+# %% tags=["nbval-check-output"]
+losses = rec.losses()
+nonfinite = ~np.isfinite(losses)
+print("exception raised:", bad.error)
+print("steps run:", len(losses), "of", bad.trainer.config.steps)
+print("first non-finite step:", rec.first_nonfinite_step)
+print("non-finite steps:", int(nonfinite.sum()))
+print("every step from 40 on is non-finite:", bool(nonfinite[40:].all()))
+
+# %% [markdown]
+# **No exception, no warning, 160 steps of training on NaN** (claim B3). An
+# out-of-memory error stops a run at once and says why; a NaN lets it run to the
+# end, burning compute, and looks like a run that "finished". Only a check you
+# write catches it.
+#
+# And it is not only the loss. Count the finite parameters around step 40:
+
+# %% tags=["nbval-check-output"]
+total = sum(p.numel() for p in bad.trainer.model.parameters())
+for step in range(38, 43):
+    print(f"after step {step}: {finite_after[step]:>7,} of {total:,} parameters finite")
+
+# %% [markdown]
+# One optimizer step with NaN gradients writes NaN into **every** weight (claim B2).
+# From step 41 on, even perfectly clean batches give a NaN loss: the model is gone,
+# and no amount of further training brings it back. After a NaN you restore the
+# last good checkpoint (回滚 roll back); you never "train through" it.
+#
+# ## 2. The investigation: SOP step 1, the data
+# **The record.** The rows around the first bad step. Is there a warning sign
+# before it, such as a loss or a gradient norm climbing?
+
+# %%
+for r in rec.steps[36:43]:
+    print(f"step {r['step']:>3}  batch {r['batch']:>3}  loss {r['loss']:8.4f}  "
+          f"grad_norm {r['grad_norm']:8.4f}  finite {r['finite']}")
+
+# %% tags=["nbval-check-output"]
+norms = rec.column("grad_norm")[30:40]
+print("grad norm, steps 30-39: finite and within 10x of each other:",
+      bool(np.isfinite(norms).all() and norms.max() < 10 * norms.min()))
+
+# %% [markdown]
+# Nothing grows before step 40: the loss falls normally, the gradient norm stays in
+# its usual range, then one step is NaN. That shape, **healthy until one step, then
+# broken at once**, is the signature of dirty data. An exploding gradient or a
+# learning rate that is too high looks different: it climbs for a while first.
+#
+# **The plot.** The loss curve marks the first NaN with a red line and every NaN
+# step with a cross along the top (a NaN cannot be drawn as a point).
+
+# %%
+fig = plot_loss(rec, title="nan_input: one NaN reading in the batch of step 40")
+
+# %% [markdown]
+# The gradient-norm heat map says the same from the inside: ordinary colours for
+# every layer, then at step 40 every layer turns red (NaN) in the same column. No
+# layer brightens first. Compare it with Lab 00's healthy map.
+
+# %%
+fig = plot_grad_heatmap(rec)
+
+# %% [markdown]
+# **The batch.** Batches are a pure function of `(seed, step)`, so the batch of step
+# 40 can be rebuilt exactly, today or a week later. `batch_problems` is nanlab's
+# batch checker (you will write your own in section 4).
+
+# %% tags=["nbval-check-output"]
+batch40 = bad.trainer.batches(40)  # rebuilt exactly as the run saw it
+print("batch 39:", batch_problems(bad.trainer.batches(39), VOCAB))
+print("batch 40:", batch_problems(batch40, VOCAB))
+where = torch.isnan(batch40.features).nonzero().tolist()
+print("NaN at (example, position, feature):", where)
+
+# %% [markdown]
+# **`locate`.** A NaN in the batch is a strong lead, but is it really the *first*
+# non-finite value of that step? `locate` answers that. It loads the nearest
+# checkpoint before the bad step (here the one of step 0), re-runs the steps in
+# between, checks that each one matches the record bit for bit (claim M4), then
+# runs the bad step with a hook on every module, forward and backward, and on the
+# optimizer. It reports the first non-finite tensor, where it was made, and whether
+# an `inf` came before the first `NaN`.
+
+# %%
+from nanlab.debug import locate
+
+loc = locate(bad.trainer)
+print(loc.report(max_events=6))
+
+# %% tags=["nbval-check-output"]
+print("located step:", loc.step)
+print("first non-finite value in:", loc.pass_name, "/", loc.tensor)
+print("the batch itself holds non-finite values:", loc.data_nonfinite)
+print("replay matched the record:", loc.reproduced)
+
+# %% [markdown]
+# How to read it. The first non-finite tensor is `features`, in the **data**, before
+# the model ran a single op. The events after it show the spread: the feature
+# projection turns 1 bad number into 64 (one position, 64 channels); the first
+# LayerNorm keeps it to that position; attention then mixes it into every later
+# position of that example, and the mean over the batch makes the loss NaN.
+#
+# Note `inf before nan: no`. "inf usually comes first, then NaN" (claim B1) is true
+# for overflow, where a value grows past the format's maximum. A NaN that *arrives*
+# in the data never passed through inf. Which of the two came first is itself a clue.
+#
+# The fault's own card says the same. (In a mystery run you would not have it: the
+# evidence above is how you would find out.)
+
+# %%
+print(faults.FAULTS["nan_input"].describe())
+
+# %% [markdown]
+# ## 3. The other kinds of dirty data
+# Three more ways a batch can be dirty (claim C3). Each strikes the batch of step
+# 40; short runs of 60 steps are enough to see the symptom.
+#
+# ### 3a. A constant column: standardising (标准化) by a std of 0
+# A sensor gets stuck and reports 7.0 for every token of the batch. Every raw value
+# is an ordinary finite number. Watch what the standardisation does with them.
+
+# %% tags=["nbval-check-output"]
+raw = CountingTask(seed=0).raw(40).raw_features.clone()
+raw.fill_(7.0)  # the stuck sensor
+print("raw batch all finite:", bool(torch.isfinite(raw).all()))
+print("std of the column:", raw.std(unbiased=False).item())
+z = standardize(raw)  # (x - mean) / std = 0 / 0
+print("after standardising, NaN values:", int(torch.isnan(z).sum()), "of", z.numel())
+
+# %% [markdown]
+# The data was clean; the pipeline made the NaN: `(7 - 7) / 0 = 0 / 0`. Here a
+# whole column is NaN, not one cell. The run with this fault, and `locate` on it:
+
+# %% tags=["nbval-check-output"]
+zero_std = run_fault("zero_std", steps=60)
+zloc = locate(zero_std.trainer)
+print("first non-finite step:", zero_std.record.first_nonfinite_step)
+print("first non-finite value in:", zloc.pass_name, "/", zloc.tensor)
+print("made by op:", zloc.first_op.op)
+
+# %% [markdown]
+# `aten.div` in the data pass: the division of the standardisation, caught in the
+# act. This is why the NaN check has to run *after* preprocessing, on what the model
+# will actually see, and not only on the raw files.
+#
+# ### 3b. Every target masked: a mean over nothing
+# Masks (`-100`) hide padding and prompt tokens from the loss. A batch made only of
+# padding has nothing left to average: the mean is `0 / 0`.
+
+# %% tags=["nbval-check-output"]
+all_masked = run_fault("all_masked", steps=60)
+am = all_masked.record
+print("first non-finite step:", am.first_nonfinite_step)
+print("non-finite steps:", int((~np.isfinite(am.losses())).sum()))
+print("grad norm at step 40:", am.steps[40]["grad_norm"])
+print("weights finite at the end:",
+      all(bool(torch.isfinite(p).all()) for p in all_masked.trainer.model.parameters()))
+
+# %% [markdown]
+# A surprise: the loss is NaN at step 40 **only**, and the run carries on. PyTorch's
+# `cross_entropy` with `ignore_index` gives every masked position a gradient of
+# exactly 0, so the NaN stays in the loss and never reaches the weights. That
+# protection belongs to the built-in loss. A masked mean written by hand, as many
+# codebases do for per-token weights, has no such luck:
+
+# %% tags=["nbval-check-output"]
+logits = torch.randn(4, 5, requires_grad=True)
+targets = torch.full((4,), IGNORE_INDEX)  # every target masked
+
+builtin = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+builtin.backward()
+print(f"built-in:      loss {builtin.item()}, NaN grads {int(logits.grad.isnan().sum())}")
+
+logits.grad = None
+mask = (targets != IGNORE_INDEX).float()
+per_token = F.cross_entropy(logits, targets.clamp_min(0), reduction="none")
+by_hand = (per_token * mask).sum() / mask.sum()  # 0 / 0
+by_hand.backward()
+print(f"by hand:       loss {by_hand.item()}, NaN grads {int(logits.grad.isnan().sum())}")
+
+logits.grad = None
+per_token = F.cross_entropy(logits, targets.clamp_min(0), reduction="none")
+guarded = (per_token * mask).sum() / mask.sum().clamp_min(1)  # an empty batch gives 0
+guarded.backward()
+print(f"clamped count: loss {guarded.item()}, NaN grads {int(logits.grad.isnan().sum())}")
+
+# %% [markdown]
+# The hand-written mean divides by a count of zero, its backward computes `0 / 0`
+# too, and the next optimizer step poisons the weights as in section 1. Dividing by
+# `count.clamp_min(1)` makes an empty batch contribute a loss of 0 and no gradient.
+# Even with the built-in loss, the NaN in your loss log breaks averaged metrics and
+# trips any NaN alarm: skip such batches before they reach the model.
+#
+# ### 3c. An illegal label (非法标签): loud, not silent
+# Interview lore (and the article this course corrects) says a negative label makes
+# the cross-entropy NaN. In PyTorch it does not: `cross_entropy` checks the range
+# and raises.
+
+# %% tags=["nbval-check-output"]
+logits = torch.randn(3, VOCAB)
+for label in (-1, VOCAB, IGNORE_INDEX):
+    try:
+        loss = F.cross_entropy(logits, torch.tensor([0, 1, label]))
+        print(f"label {label:>4}: loss {'finite' if loss.isfinite() else 'NaN'}")
+    except IndexError as err:
+        print(f"label {label:>4}: {type(err).__name__}: {err}")
+
+# %% [markdown]
+# `-1` and `32` (one past the last class) stop the program with
+# `IndexError: Target -1 is out of bounds`. `-100` is the one negative value that
+# passes: it is the default `ignore_index`, so that position is **silently
+# dropped** from the loss. The built-in run shows the same: the bad batch crashes
+# the run at step 40.
+
+# %% tags=["nbval-check-output"]
+illegal = run_fault("illegal_label", steps=60)
+print("error:", illegal.error)
+print("crashed at step:", illegal.error_step)
+n_bad = int((~np.isfinite(illegal.record.losses())).sum())
+print("non-finite steps before the crash:", n_bad)
+
+# %% [markdown]
+# So in PyTorch an illegal label is **loud**. Three details are worth knowing:
+#
+# - On **CUDA** the same check is a device-side assert inside the kernel. The error
+#   surfaces asynchronously, often at a later line than the one at fault, and it
+#   leaves the CUDA context unusable: the process has to restart. Rerun with
+#   `CUDA_LAUNCH_BLOCKING=1` to see the real line.
+# - The NaN story is true elsewhere: TensorFlow's
+#   `sparse_softmax_cross_entropy_with_logits` documents that out-of-range labels
+#   raise on the CPU but give **NaN** loss and gradient rows on the GPU. Which
+#   framework and which device matter.
+# - The dangerous labels in PyTorch are the *legal-looking* ones: `-100` (dropped
+#   without a word), or labels inside the range but from the wrong vocabulary or
+#   shifted by one. Those give no error and no NaN, only a model that learns the
+#   wrong thing. Validation should count masked targets, not only check the range.
+#
+# ### The four side by side
+# The symptom all four share is the one to remember: **the loss is non-finite (or
+# the step fails) from the first step of the bad batch**, with nothing unusual before.
+# Here all four are 60-step runs with the same seed, so they are identical up to
+# step 39.
+
+# %% tags=["nbval-check-output"]
+runs = {"nan_input": run_fault("nan_input", steps=60),  # the same 60 steps as the rest
+        "zero_std": zero_std, "all_masked": all_masked, "illegal_label": illegal}
+print(f"{'fault':14} {'first bad step':>15}  {'non-finite steps':>16}  {'crashed':>7}  "
+      "weights finite at the end")
+for name, r in runs.items():
+    n_bad = int((~np.isfinite(r.record.losses())).sum())
+    ok = all(bool(torch.isfinite(p).all()) for p in r.trainer.model.parameters())
+    crashed = r.error is not None
+    print(f"{name:14} {r.first_bad_step!s:>15}  {n_bad:>16}  {crashed!s:>7}  {ok}")
+
+# %%
+fig = plot_compare({name: r.record for name, r in runs.items()})
+
+
+# %% [markdown]
+# One picture, four endings: `nan_input` and `zero_std` are NaN (crosses along the
+# top) from step 40 to the end; `all_masked` has a single NaN step, with a gradient
+# norm of exactly 0 there (the drop in the lower panel), then trains on;
+# `illegal_label` simply stops at step 39, because step 40 raised.
+
+# %% [markdown]
+# ## 4. The fix: validate every batch (claim M5)
+# The cure for dirty data is not a training trick. It is a check (数据校验 data
+# validation), in the data pipeline, on the batch the model is about to see, that
+# refuses what cannot be trained on.
+#
+# **Exercise 1 · `validate_batch`.** Return a list of the batch's problems, `[]`
+# for a clean batch. Each problem is a string that **starts with** one of these
+# three phrases, followed by any details you find useful (counts, positions, values):
+#
+# - `"non-finite input"`: a NaN or inf anywhere in `batch.features`;
+# - `"illegal label"`: a target outside `[0, vocab_size)` that is not the mask
+#   value `IGNORE_INDEX` (-100);
+# - `"no target"`: every target is masked, so the mean loss would be `0 / 0`.
+#
+# A batch can have several problems at once.
+
+# %%
+def validate_batch(batch, vocab_size=VOCAB):
+    """The batch's problems as a list of strings; [] when it is safe to train on."""
+    ### BEGIN SOLUTION
+    problems = []
+    bad = ~torch.isfinite(batch.features)
+    if bad.any():
+        nan = int(torch.isnan(batch.features).sum())
+        first = tuple(bad.nonzero()[0].tolist())
+        problems.append(f"non-finite input: {int(bad.sum())} value(s) ({nan} NaN), "
+                        f"first at {first}")
+    targets = batch.targets
+    kept = targets != IGNORE_INDEX
+    illegal = kept & ((targets < 0) | (targets >= vocab_size))
+    if illegal.any():
+        values = sorted(set(targets[illegal].tolist()))[:5]
+        problems.append(f"illegal label: {values} outside [0, {vocab_size})")
+    if not kept.any():
+        problems.append("no target: every target is masked; the mean loss is 0 / 0")
+    return problems
+    ### END SOLUTION
+
+
+# %% [markdown]
+# The test batches: the clean batch of step 0, and copies of it with something
+# overwritten, each with the problems a good validator reports for it.
+
+# %%
+KINDS = ("non-finite input", "illegal label", "no target")
+
+
+def dirty(**edits):
+    """A copy of the clean batch of step 0 with some entries overwritten."""
+    b = CountingTask(seed=0)(0)
+    features, targets = b.features.clone(), b.targets.clone()
+    for where, value in edits.get("features", []):
+        features[where] = value
+    for where, value in edits.get("targets", []):
+        targets[where] = value
+    return dataclasses.replace(b, features=features, targets=targets)
+
+
+everything = (slice(None), slice(None))
+CASES = {
+    "clean batch": (dirty(), set()),
+    "one NaN feature": (dirty(features=[((3, 5, 0), math.nan)]), {"non-finite input"}),
+    "one -inf feature": (dirty(features=[((0, 0, 0), -math.inf)]), {"non-finite input"}),
+    "label -1": (dirty(targets=[((2, 7), -1)]), {"illegal label"}),
+    "label 32": (dirty(targets=[((0, 31), VOCAB)]), {"illegal label"}),
+    "extra padding (-100)": (dirty(targets=[((slice(None), slice(-4, None)),
+                                             IGNORE_INDEX)]), set()),
+    "every target masked": (dirty(targets=[(everything, IGNORE_INDEX)]), {"no target"}),
+    "NaN and all masked": (dirty(features=[((1, 1, 0), math.nan)],
+                                 targets=[(everything, IGNORE_INDEX)]),
+                           {"non-finite input", "no target"}),
+}
+
+
+# %% [markdown]
+# The check runs your function on each of these batches and compares the kinds of
+# problem it reports with the expected ones:
+
+# %% tags=["nbval-check-output"]
+def judge_validation(found):
+    for case, (_, want) in CASES.items():
+        problems = found[case]
+        if not isinstance(problems, list):
+            return f"{case}: expected a list, got {type(problems).__name__}"
+        odd = [p for p in problems if not str(p).startswith(KINDS)]
+        if odd:
+            return f"{case}: {odd[0]!r} does not start with one of {KINDS}"
+        got = {k for p in problems for k in KINDS if str(p).startswith(k)}
+        if got != want:
+            return (f"{case}: found {sorted(got) or 'nothing'}, "
+                    f"expected {sorted(want) or 'nothing'}")
+    return None
+
+
+check("validate_batch", lambda: {c: validate_batch(b) for c, (b, _) in CASES.items()},
+      test=judge_validation, hints=[
+          "torch.isfinite(t) is False for NaN, inf and -inf; (~mask).any() asks 'any bad?'",
+          "A target is kept when it is not IGNORE_INDEX; only kept targets must be in "
+          "[0, vocab_size).",
+          "'no target' means: not a single kept target in the whole batch.",
+      ])
+
+
+# %% [markdown]
+# **Exercise 2 · `safe_standardize`.** Standardise per feature over the batch and
+# time dimensions, like `nanlab.data.standardize`, but floor the std at `eps` with
+# `std.clamp_min(eps)`, so that a constant column becomes 0 instead of `0 / 0`.
+# Use the population std (`unbiased=False`), as the pipeline does.
+
+# %%
+def safe_standardize(x, dim=(0, 1), eps=1e-6):
+    """(x - mean) / max(std, eps) per feature: finite for a constant column."""
+    ### BEGIN SOLUTION
+    mean = x.mean(dim, keepdim=True)
+    std = x.std(dim, keepdim=True, unbiased=False)
+    return (x - mean) / std.clamp_min(eps)
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+normal = CountingTask(seed=0).raw(0).raw_features  # (32, 32, 1)
+stuck = torch.full_like(normal, 7.0)
+two_cols = torch.cat([normal, stuck], dim=-1)  # a live column and a stuck one
+
+
+def judge_standardize(out):
+    a, b, c = out
+    if not torch.allclose(a, standardize(normal), atol=1e-5):
+        return "a normal column should come out exactly as standardize() gives it"
+    if not (torch.isfinite(b).all() and (b == 0).all()):
+        return "a constant column should become all zeros (finite)"
+    if not (torch.allclose(c[..., :1], standardize(normal), atol=1e-5)
+            and (c[..., 1] == 0).all()):
+        return "with two columns, each needs its own mean and std (keepdim=True)"
+    return None
+
+
+check("safe_standardize",
+      lambda: [safe_standardize(normal), safe_standardize(stuck),
+               safe_standardize(two_cols)],
+      test=judge_standardize, hints=[
+          "mean and std over dim=(0, 1) with keepdim=True, so they broadcast per feature.",
+          "x.std(dim, keepdim=True, unbiased=False).clamp_min(eps)",
+      ])
+
+# %% [markdown]
+# Why `clamp_min(eps)` and not `std + eps`: the clamp leaves every normal column
+# exactly as it was and only acts on a (nearly) constant one. And why 0 is the right
+# output: a column that does not vary in this batch carries no information here;
+# 0 is "at the mean". A stuck sensor is still a data-quality problem, so log it too.
+#
+# One more reason to validate *before* standardising: a single NaN reading in the
+# raw data makes the batch mean NaN, and then the **whole column** is NaN, not one
+# cell.
+
+# %% tags=["nbval-check-output"]
+raw = CountingTask(seed=0).raw(40).raw_features.clone()
+raw[0, 0, 0] = math.nan  # one missing reading, before standardising
+n_nan = int(torch.isnan(standardize(raw)).sum())
+print("NaN after standardising:", n_nan, "of", raw.numel())
+
+
+# %% [markdown]
+# ### Your validation as a guard: fail loud
+# Put `validate_batch` where it belongs, around the batch source, so a bad batch
+# stops the run with a message instead of a NaN. `faults.inject` puts the same
+# NaN into batch 40 of a task we build ourselves, and our own `Trainer` reads the
+# checked batches. A silent NaN becomes a loud error, like an out-of-memory one.
+
+# %%
+class BadBatch(ValueError):
+    """A batch that must not reach the model."""
+
+
+def checked(batches, vocab_size=VOCAB):
+    """Wrap a batch source: raise BadBatch, naming the batch and its problems."""
+    def get(index):
+        batch = batches(index)
+        problems = validate_batch(batch, vocab_size)
+        if problems:
+            raise BadBatch(f"batch {index}: " + "; ".join(problems))
+        return batch
+    return get
+
+
+injection = faults.inject("nan_input", batches=CountingTask(seed=0), inputs="features")
+guarded = Trainer(TrainConfig(steps=200, progress=False),
+                  batches=checked(injection.batches))
+try:
+    guarded.run()
+    print("the run finished?!")
+except BadBatch as err:
+    print("stopped loudly at step", guarded.step, "->", err)
+except NotImplementedError:
+    print("(validate_batch is still a stub: fill it in above, then rerun this cell)")
+
+# %% [markdown]
+# Stopping is right while you are debugging. In a long run you would rather skip
+# the bad batch, log it, and keep going. That is nanlab's `validate_data` fix: it
+# checks every batch before use and trains on the next clean one instead, writing
+# an event to the record (claim V3: every bad batch is logged, with its problems).
+# How much does checking every batch cost? Less than you would think:
+
+# %%
+clean_batch = CountingTask(seed=0)(0)
+t0 = time.perf_counter()
+for _ in range(200):
+    batch_problems(clean_batch, VOCAB)
+per_check = (time.perf_counter() - t0) / 200
+print(f"one batch check: {per_check * 1e6:.0f} microseconds")
+
+# %% [markdown]
+# A few tens of microseconds against a training step of several milliseconds (more
+# in a real model). On a GPU, run the check on the CPU batch inside the data loader,
+# before `.to(device)`: then it costs no host-device sync and overlaps with training.
+#
+# ## 5. The proof (claims V1, V2)
+# A fix is proven when a run **with the same seed** and the fault still in the data
+# gives a normal curve, and its loss at the same step matches the clean run.
+
+# %%
+clean = run_fault(None)  # the clean baseline, seed 0
+fixed = run_fault("nan_input", fixes=["validate_data"])  # the same fault, validated
+print(fixed.record.events)
+
+# %% tags=["nbval-check-output"]
+lc, lf = clean.record.losses(), fixed.record.losses()
+print("fixed run, first non-finite step:", fixed.record.first_nonfinite_step)
+print("identical to the clean run up to step 39:", bool(np.array_equal(lc[:40], lf[:40])))
+print("loss at step 199 within 0.01 of the clean run:", bool(abs(lf[199] - lc[199]) < 0.01))
+
+# %%
+print(f"loss at step 199: clean {lc[199]:.4f}, fixed {lf[199]:.4f}")
+fig = plot_compare({"clean": clean.record, "nan_input, no fix": rec,
+                    "nan_input + validate_data": fixed.record})
+
+# %% [markdown]
+# Bit-identical to the clean run up to step 39, as it must be: same seed, same
+# batches. From step 40 on the fixed run trains on batch 41 where the clean run had
+# batch 40 (it skipped one), so the two curves differ in the last digits while
+# landing at the same loss. Had the curves differed *before* step 40, something
+# other than the fix would have changed, and the comparison would prove nothing.
+#
+# ### The wrong fixes, measured
+# Would the usual reflexes have worked? The fault × fix matrix runs each fault
+# against each fix with the same seed and the same 200 steps, in two processes.
+
+# %%
+from nanlab.faults import fault_fix_matrix
+
+matrix = fault_fix_matrix(faults=["nan_input", "illegal_label"],
+                          fixes=["validate_data", "lr_div10", "grad_clip",
+                                 "skip_nonfinite"], workers=2)
+print(matrix.table())
+print()
+print(matrix.evidence())
+
+# %% tags=["nbval-check-output"]
+for fault in matrix.faults:
+    print(fault, {fix: matrix.outcome(fault, fix) for fix in matrix.fixes})
+
+# %% [markdown]
+# - **LR ÷ 10** (降低学习率) changes nothing: the NaN is in the input, not in the size of the
+#   update. Same first bad step, same poisoned weights.
+# - **Gradient clipping** (梯度裁剪) changes nothing either, and is worse than useless here.
+#   The global norm of a gradient that holds one NaN is NaN, and clipping multiplies
+#   *every* gradient by `max_norm / NaN`, so even the finite ones become NaN:
+
+# %% tags=["nbval-check-output"]
+a, b = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+a.grad = torch.tensor([1.0, math.nan, 2.0])
+b.grad = torch.tensor([3.0, 4.0, 5.0])  # perfectly fine
+norm = torch.nn.utils.clip_grad_norm_([a, b], max_norm=1.0)
+print("total norm:", norm.item(), "| b.grad after clipping:", b.grad.tolist())
+
+# %% [markdown]
+# - **Skipping non-finite steps** (`skip_nonfinite`, the guard's skip mode) *contains*
+#   the NaN input: the update of step 40 is dropped, the weights stay clean, and the
+#   run ends near the clean loss. But it has not found or removed anything: the bad
+#   batch is still in the data and will strike again next epoch, and the same guard
+#   would just as quietly hide a real numerical problem. It cannot help with the
+#   illegal label at all, which crashes before there is a step to skip.
+# - **Validating the data** cures both, because it acts on the cause.
+#
+# Contain vs cure (止损 vs 根治) is a distinction interviewers like: a guard buys you
+# time, the root-cause fix ends the problem. `all_masked` is left out of this matrix
+# to keep it short: its bad step has a NaN loss but zero gradients (section 3b), so
+# the full matrix (`nanlab matrix`) reports it as "not cured, the weights stayed
+# finite": a NaN in the log is still a failure to explain, even when it did no harm.
+#
+# ## 6. Practice
+# Interview-style questions on what you just measured. Answer, then **Check**;
+# **Hint** gives one hint per click.
+
+# %%
+from nanlab.course import FreeText, KeyPoint, MultipleChoice, RootCause
+
+MultipleChoice(
+    "02-lr-no-change",
+    "The loss is NaN from step 40 on. You divide the LR by 10 and rerun with the same "
+    "seed: still NaN, at exactly step 40. What does that tell you?",
+    ["The cause is in what step 40 sees (its batch), not in the size of the updates",
+     "The LR is still too high: divide it by 10 again",
+     "It is fp16 overflow: turn AMP off next",
+     "The run is not reproducible"],
+    answers=0,
+    explanation="A too-high LR moves the first NaN (usually later) when lowered; a "
+    "first NaN pinned to one step, unchanged by the LR, points at that step's batch.",
+    hints=["If the updates were too big, would smaller updates fail at the same step?"],
+)
+
+# %%
+MultipleChoice(
+    "02-which-nan",
+    "In PyTorch (fp32, CPU), which of these make the loss NaN? Pick all.",
+    ["one NaN in a float input feature",
+     "a constant feature column, standardised as (x - mean) / std",
+     "a batch whose targets are all -100, with F.cross_entropy",
+     "a target of -1 with F.cross_entropy",
+     "a few targets of -100 with F.cross_entropy"],
+    answers=[0, 1, 2],
+    explanation="-1 raises IndexError (loud, not NaN); a few -100 targets are "
+    "ignored silently. An all-masked batch gives a NaN loss, though with zero "
+    "gradients in the built-in loss.",
+    hints=["One of these raises an exception instead.",
+           "-100 is the default ignore_index."],
+)
+
+# %%
+RootCause(
+    "02-mystery-stuck",
+    "Mystery: a tabular-plus-text model trains fine for 1,729 steps; from step 1,730 "
+    "the loss is NaN. fp32, AdamW with warmup. What is the root cause? Tick the "
+    "evidence that supports it.",
+    ["dirty data", "learning rate too high", "fp16 overflow", "bad init",
+     "LayerNorm eps too small"],
+    answer="dirty data",
+    evidence=["the grad norm was flat around 1 up to step 1,729",
+              "locate: the first NaN is made by aten.div in the data pass",
+              "one numeric column of batch 1,730 has the same value in every row",
+              "the run uses AdamW with warmup",
+              "the loss at step 0 was about ln(vocab_size)",
+              "the raw files of batch 1,730 contain no NaN"],
+    supporting=["the grad norm was flat around 1 up to step 1,729",
+                "locate: the first NaN is made by aten.div in the data pass",
+                "one numeric column of batch 1,730 has the same value in every row"],
+    explanation="A constant column, standardised per batch, is 0 / 0 (section 3a). "
+    "The flat grad norm rules out an explosion; the division in the data pass is the "
+    "standardisation. Clean raw files do not clear the data: the NaN is made by the "
+    "pipeline after reading them.",
+    hints=["What in the pipeline can divide by zero on finite inputs?",
+           "Is 'the raw files are clean' evidence for or against this family?"],
+)
+
+# %%
+FreeText(
+    "02-what-first",
+    "Interview: 'Your training loss suddenly became NaN. What do you check first, "
+    "and why?' Answer in three or four sentences.",
+    key_points=[
+        KeyPoint("find the first non-finite step",
+                 ("first nan", "first non-finite", "first step", "first bad step",
+                  "which step", "第一个nan", "第一次出现", "第一步"),
+                 "say which step you look at"),
+        KeyPoint("check that step's batch: non-finite inputs, labels, masks",
+                 ("check the data", "check the batch", "the batch", "input", "label",
+                  "isnan", "isfinite", "数据", "脏数据"),
+                 "name what in the data you check"),
+        KeyPoint("data first because it is cheap and common",
+                 ("cheap", "cheapest", "common", "easy", "no retrain", "fast",
+                  "成本低", "最常见", "简单"),
+                 "say why the data comes before LR, AMP or init"),
+        KeyPoint("roll back to a checkpoint before the NaN",
+                 ("checkpoint", "roll back", "rollback", "restore", "回滚", "检查点"),
+                 "say what you do with the weights after a NaN"),
+    ],
+    model_answer="First I find the first step whose loss went non-finite and rebuild "
+    "that step's batch, because a NaN that appears at one step with nothing growing "
+    "before it usually comes from the data. I check it for NaN or inf inputs, labels "
+    "outside the class range and batches with every target masked; that takes minutes "
+    "and needs no retraining, so it comes before turning AMP off or lowering the LR. "
+    "The weights after a NaN are garbage, so I restore the last good checkpoint and "
+    "replay the bad step from there to confirm.",
+    hints=["Which step do you look at, and what do you look for in it?",
+           "Why does the data come before the learning rate in the SOP?",
+           "What state are the weights in after the NaN step?"],
+)
+
+# %% [markdown]
+# ## 7. For instructors: the same fault in any model
+# `faults.inject` puts a fault into a model, optimizer and batch source that nanlab
+# did not create. Call `injection.batches(step)` once per step in your own loop.
+# Here: a tiny MLP classifier, a hand-written loop, and a batch function returning
+# `(x, y)` tuples. The fault finds the float tensor by itself (or name it with
+# `inputs=`).
+
+# %% tags=["nbval-check-output"]
+torch.manual_seed(0)
+mlp = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+opt = torch.optim.Adam(mlp.parameters(), lr=1e-2)
+
+
+def get_batch(step):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(8, 4, generator=g)
+    return x, (x[:, 0] > 0).long() + (x[:, 1] > 0).long()  # 3 classes
+
+
+injection = faults.inject("nan_input", model=mlp, optimizer=opt, batches=get_batch,
+                          at_step=3)
+for step in range(6):
+    x, y = injection.batches(step)
+    loss = F.cross_entropy(mlp(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    weights_ok = all(bool(torch.isfinite(p).all()) for p in mlp.parameters())
+    print(f"step {step}: loss {'finite' if loss.isfinite() else 'NaN':6}  "
+          f"weights finite: {weights_ok}")
+
+# %% [markdown]
+# Same story in someone else's code: fine until step 3, then NaN for good. The
+# other data faults work the same way (`"illegal_label"` and `"all_masked"` edit the
+# integer labels; name them with `labels=` if the default, the last integer tensor,
+# is not right). `python -m nanlab faults` lists every fault with its parameters.
+#
+# ## Summary
+# - One NaN reading in one batch: the loss is NaN from that step on, the run keeps
+#   going without a word, and after one optimizer step every weight is NaN.
+# - Dirty data's signature: healthy until one step, non-finite from the first step
+#   of the bad batch, nothing growing before it, NaN without a preceding inf.
+# - Find it with the record (first non-finite step), the batch of that step, and
+#   `locate` (first non-finite value: in the data).
+# - A constant column standardised without a floor on the std makes NaN from clean
+#   numbers; `std.clamp_min(eps)` fixes it.
+# - An all-masked batch: NaN loss; harmless gradients with PyTorch's `ignore_index`,
+#   poisoned ones with a hand-written masked mean (clamp the count).
+# - An illegal label is loud in PyTorch (IndexError, a device-side assert on CUDA),
+#   NaN only in TensorFlow on GPU; `-100` is silently ignored.
+# - The cure is validation of the batch the model sees; LR ÷ 10 and clipping do
+#   nothing; skipping non-finite steps contains the damage but keeps the cause.
+# - Proof: same seed, bit-identical before the bad batch, same loss at step 199.
+#
+# Your progress:
+
+# %%
+from nanlab.course import show_progress
+
+show_progress();

@@ -1,0 +1,767 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] tags=["solution-only"]
+# **Source notebook (solution version).** This pair, `solutions/04_mixed_precision.py` and
+# `solutions/04_mixed_precision.ipynb`, is the single source of `labs/04_mixed_precision.ipynb`, answers
+# filled in. Edit either file (in JupyterLab the other follows on save), then run
+# `nanlab course execute solutions/04_mixed_precision.py` (syncs the pair, stores the outputs
+# the tests compare) and `nanlab course build` (writes the learner's version).
+
+# %% [markdown]
+# # Lab 04 · Mixed precision (混合精度): fp16, bf16 and loss scaling (损失缩放)
+#
+# Mixed precision runs the big matrix multiplications in 16 bits and keeps the rest
+# in 32: half the memory traffic, much faster on a GPU, and the classic source of
+# NaN. In this lab:
+#
+# 1. **the numbers**: the three formats in one table, and what `autocast`
+#    actually runs in 16 bits;
+# 2. **one run, four precisions**: fp32, fp16 autocast, fp16 + GradScaler, bf16;
+#    which one goes NaN, where (`locate`), and why inf comes before NaN;
+# 3. **the GradScaler**: its loss-scale curve from the record, what it cures
+#    (underflow) and what it cannot (an overflow in the forward pass); you write its
+#    update rule and its unscale check;
+# 4. **bf16**: fp32's range without a scaler, and the 8 bits of precision it pays;
+# 5. **Adam's eps in pure fp16**: `1e-8` is 0 in fp16;
+# 6. **the modern API**, `torch.amp`, in a ten-line loop, and why not
+#    `torch.cuda.amp`;
+# 7. **practice**.
+#
+# CPU only, about 45 minutes. Lab 01 (the float formats) is assumed.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import math
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nanlab.course import check, hint, start_lab
+from nanlab.debug import locate
+from nanlab.faults import run_fault
+from nanlab.signals import final_loss
+from nanlab.viz import plot_compare
+
+start_lab("04_mixed_precision")
+FP16_EXP_LIMIT = math.log(torch.finfo(torch.float16).max)  # 11.09: exp(x) > 65504 above it
+
+# %% [markdown]
+# ## 1. The numbers
+# ### Three formats in one table
+# The exponent bits set the range, the mantissa bits the precision. `torch.finfo`
+# gives everything else; the last column is where `exp(x)` overflows, the number
+# that matters for every softmax.
+
+# %% tags=["nbval-check-output"]
+print(f"{'dtype':9} {'exp bits':>8} {'mantissa':>8} {'max':>10} {'min normal':>11} "
+      f"{'min subnormal':>13} {'eps':>9} {'exp(x) inf above':>16}")
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    fi = torch.finfo(dtype)
+    mantissa = round(-math.log2(fi.eps))
+    exponent = fi.bits - 1 - mantissa
+    print(f"{str(dtype).split('.')[1]:9} {exponent:>8} {mantissa:>8} {fi.max:>10.5g} "
+          f"{fi.tiny:>11.4g} {fi.tiny * fi.eps:>13.4g} {fi.eps:>9.3g} "
+          f"{math.log(fi.max):>16.2f}")
+
+# %% [markdown]
+# fp16 (5 exponent bits) overflows above **65504** and underflows below **6e-8**;
+# bf16 (8 exponent bits, like fp32) reaches **3.4e38** but has only 8 bits of
+# precision (`eps` = 0.0078). And `exp` overflows fp16 at **11.09**: a logit or an
+# attention score of 12 is enough.
+#
+# ### What autocast runs in 16 bits
+# Mixed precision is not "the model in fp16". Under `torch.amp.autocast` the
+# **weights stay fp32** (the *master weights*, 主权重); each op casts its inputs to
+# the precision it is listed for. Matmuls and linear layers run in 16 bits; the
+# list of ops kept in fp32 is **per device**:
+
+# %%
+device = "cuda" if torch.cuda.is_available() else "cpu"
+layer = torch.nn.Linear(8, 8).to(device)
+x = torch.randn(4, 8, device=device)
+with torch.amp.autocast(device_type=device, dtype=torch.float16):
+    y = layer(x)
+    ops = {"linear": y, "exp": torch.exp(y), "softmax": torch.softmax(y, -1),
+           "sum": y.sum(), "layer_norm": F.layer_norm(y, (8,)),
+           "cross_entropy": F.cross_entropy(y, torch.zeros(4, dtype=torch.long,
+                                                           device=device))}
+print(f"device {device}; weight dtype {layer.weight.dtype}")
+for name, out in ops.items():
+    print(f"  {name:14} -> {out.dtype}")
+
+
+# %% [markdown]
+# On a CUDA GPU, autocast runs `exp`, `softmax`, `log_softmax`, `sum` and `pow` in
+# fp32 (PyTorch's "CUDA ops that can autocast to float32" list); on the CPU they
+# stay in fp16 (the CPU's fp32 list holds other ops, such as `cross_entropy`). So
+# a hand-written `exp` can overflow on one device and not on the other. When you
+# write a loss or a softmax by hand, do not rely on autocast to protect it: compute
+# it in fp32 yourself (`logits.float()`) or use the fused, stable op
+# (`F.cross_entropy`, `torch.softmax`).
+#
+# ## 2. One run, four precisions
+# The fault `fp16_overflow` is exactly that mistake: a softmax cross-entropy
+# written by hand, `-log(exp(l_y) / Σ exp(l))`, without subtracting the max. A
+# custom label-smoothing or distillation loss often looks like this. In fp32 it is
+# the same number as `F.cross_entropy`, until the model becomes confident. (On a
+# GPU, autocast would run this `exp` in fp32 and the run would survive; the same
+# bug bites there when the loss sees fp16 tensors outside autocast, in pure-fp16
+# code or after an explicit `.half()`.)
+#
+# We run it four ways, same seed, same data. A small callback records, for every
+# step, the largest logit and the largest **log of the softmax denominator**,
+# `logsumexp(logits)`, computed in fp32: in fp16 the hand-written denominator
+# overflows when that number passes 11.09.
+
+# %%
+def watch_logits(store):
+    """A run_fault callback: store[step] = (largest logit, largest logsumexp)."""
+    def attach(trainer, info):
+        def hook(module, inputs, logits):
+            z = logits.detach().float()  # (B, T, V), measured in fp32
+            store[trainer.step] = (z.max().item(), torch.logsumexp(z, -1).max().item())
+        trainer.model.lm_head.register_forward_hook(hook)
+    return ("on_run_start", attach)
+
+
+probes = {name: {} for name in ("fp32", "fp16", "fp16 + GradScaler", "bf16")}
+runs = {
+    "fp32": run_fault("fp16_overflow", fixes=["amp_off"],
+                      callbacks=[watch_logits(probes["fp32"])]),
+    "fp16": run_fault("fp16_overflow", grad_scaler=False,
+                      callbacks=[watch_logits(probes["fp16"])]),
+    # the first 120 of 200 steps (same schedule): it is frozen after the NaN anyway
+    "fp16 + GradScaler": run_fault("fp16_overflow", steps=120, decay_steps=200,
+                                   callbacks=[watch_logits(probes["fp16 + GradScaler"])]),
+    "bf16": run_fault("fp16_overflow", fixes=["bf16"],
+                      callbacks=[watch_logits(probes["bf16"])]),
+}
+for name, run in runs.items():
+    c = run.trainer
+    print(f"{name:18} precision {c.config.precision:5} scaler {c.scaler is not None!s:5} "
+          f"first non-finite step {run.record.first_nonfinite_step}, "
+          f"loss at the last step {run.record.losses()[-1]:.3g}")
+
+# %% tags=["nbval-check-output"]
+scaled = runs["fp16 + GradScaler"]
+bad = scaled.record.first_nonfinite_step
+print("fp32: no NaN in 200 steps:", runs["fp32"].record.first_nonfinite_step is None)
+print("bf16: no NaN in 200 steps:", runs["bf16"].record.first_nonfinite_step is None)
+print("fp16 + GradScaler: first non-finite step between 70 and 110:", 70 <= bad <= 110)
+print("fp16 without a scaler: no NaN in 200 steps:",
+      runs["fp16"].record.first_nonfinite_step is None)
+
+# %%
+fig = plot_compare({name: run.record for name, run in runs.items()}, grad_norm=False)
+
+# %% [markdown]
+# fp32 and bf16 train normally, and the fp16 run *with* a GradScaler fails late,
+# once the model has learned. The surprise is plain fp16, without a scaler: no NaN
+# at all. Keep it in mind; section 3 explains it, and the explanation is not "it
+# was safer". First the picture of why the failure comes when it does:
+
+# %%
+fig, ax = plt.subplots(figsize=(9, 3.5), layout="constrained")
+for i, (name, store) in enumerate(probes.items()):
+    steps = sorted(store)
+    ax.plot(steps, [store[s][1] for s in steps], color=f"C{i}", lw=1.3, label=name)
+    first = runs[name].record.first_nonfinite_step
+    if first is not None:
+        ax.axvline(first, color=f"C{i}", ls="--", lw=1,
+                   label=f"{name}: first non-finite step {first}")
+ax.axhline(FP16_EXP_LIMIT, color="red", lw=1.5, ls=":",
+           label="ln(65504) = 11.09: the fp16 sum of exp overflows")
+ax.set_xlabel("step")
+ax.set_ylabel("largest logsumexp(logits)")
+ax.set_title("The softmax denominator grows as the model learns (fp32 / bf16 limit: 88.7)")
+ax.grid(alpha=0.3)
+ax.legend(fontsize=7, loc="lower right");
+
+# %% [markdown]
+# The log of the denominator grows as the model grows confident. In fp16 the run
+# dies at the first step it crosses 11.09; bf16 crosses it around the same step
+# and carries on far above it without noticing, because its limit is 88.7. Plain fp16 never
+# gets there.
+#
+# ### Where exactly: `locate`, and inf before NaN (claim B1)
+# `locate` replays the first bad step of the GradScaler run from its checkpoint
+# and names the first tensor that went non-finite, op by op:
+
+# %%
+loc = locate(scaled.trainer)
+print(loc.report(max_events=6))
+
+# %% tags=["nbval-check-output"]
+row = scaled.record.steps[bad]
+print(f"first non-finite value: the {loc.tensor} tensor, in the {loc.pass_name} pass")
+print("made by op:", loc.first_op.op)
+print("the recorded loss of that step:", "inf" if math.isinf(row["loss"]) else row["loss"])
+print("inf came before NaN:", loc.inf_before_nan)
+print("first NaN appears in the pass:", loc.first_nan.pass_name)
+top_logit, top_lse = probes["fp16 + GradScaler"][bad]
+print("largest single logit below 11.09 (every exp finite):", top_logit < FP16_EXP_LIMIT)
+print("log of the largest sum above 11.09 (the sum overflows):", top_lse > FP16_EXP_LIMIT)
+
+# %% [markdown]
+# Read it in order:
+#
+# 1. Every single `exp(logit)` is finite (the largest logit is just under 11.09),
+#    but their **sum** is not: `aten.sum` makes the first `+inf`, the softmax
+#    denominator of three positions.
+# 2. `exp(l_y) / inf = 0` and `−log(0) = +inf`: the loss is **inf, not NaN**.
+# 3. The NaN is made in the **backward** pass, where the chain rule multiplies
+#    that inf by a zero (`inf · 0 = NaN`). Inf first, NaN second: claim B1, seen
+#    op by op.
+#
+# The lesson for reading logs: a loss printed as `inf` and gradients of `NaN` in
+# the same step is the fingerprint of an overflow in the forward pass.
+#
+# ## 3. The GradScaler: what it cures, what it cannot
+# ### The loss-scale curve
+# The run record keeps the scale of every step (the `loss_scale` column). PyTorch's
+# GradScaler starts at **2^16 = 65536**, multiplies the scale by **0.5** (backoff)
+# at every step whose gradients contain inf or NaN, skipping that step's update,
+# and by **2** (growth) after **2000** clean steps in a row.
+
+# %%
+srows = scaled.record.steps
+steps = np.array([r["step"] for r in srows])
+scale = np.array([r["loss_scale"] for r in srows])
+skipped = np.array([r["skipped"] for r in srows])
+fig, ax = plt.subplots(figsize=(9, 3), layout="constrained")
+ax.step(steps, scale, where="post", color="C0", label="loss scale")
+ax.plot(steps[skipped], scale[skipped], "x", color="red",
+        label="skipped step (inf/NaN grads)")
+ax.axvline(bad, color="red", ls="--", lw=1, label=f"first inf loss, step {bad}")
+ax.set_yscale("log", base=2)
+ax.set_xlabel("step")
+ax.set_ylabel("loss scale (log2)")
+ax.legend(fontsize=8)
+ax.grid(alpha=0.3);
+
+# %% tags=["nbval-check-output"]
+before, after = skipped[:bad], skipped[bad:]
+print("initial scale:", scale[0])
+print("overflowing steps before the first inf loss: between 1 and 10:",
+      1 <= int(before.sum()) <= 10)
+print("skipped from the first inf loss on: more than 90 % of the steps:",
+      after.mean() > 0.9)
+print("every skipped step halved the scale, every other kept it:",
+      all(scale[i + 1] == scale[i] * (0.5 if skipped[i] else 1.0)
+          for i in range(len(scale) - 1)))
+print("scale at the last step below 1:", scale[-1] < 1)
+
+
+# %% [markdown]
+# Two regimes on one curve:
+#
+# - **Before the failure**, a few isolated skips: the very first step (starting
+#   high is cheap: a scale that is too big costs one skipped step and is halved)
+#   and an occasional step whose scaled gradients passed 65504. One skipped step out of
+#   dozens costs nothing. This is the scaler working.
+# - **After it**, the loss itself is inf in the forward pass. The scaler cannot
+#   tell that apart from a gradient overflow: it skips and halves, at every step,
+#   while the weights stay frozen (a skipped step does not update them), so the
+#   next step overflows again. The scale falls from thousands to below 1 in a few
+#   dozen steps and would go on forever: PyTorch's GradScaler has no floor. DeepSpeed
+#   stops with "Current loss scale already at minimum"; gpt-neox users asked for
+#   exactly that abort.
+#
+# This collapse is how BLOOM's 104B fp16 attempts died (the loss scale collapsed
+# and the runs diverged); the 176B model was trained in bf16 instead. **Log the
+# loss scale, and alert when it keeps falling.**
+#
+# **Exercise 1 · the update rule.** Write `next_scale`, the rule of
+# `GradScaler.update()`: after an overflow step, multiply by `backoff` and reset
+# the count of clean steps; after a clean step, add one to the count, and when it
+# reaches `growth_interval`, multiply by `growth` and reset the count. Return
+# `(new_scale, new_good_steps)`.
+
+# %%
+def next_scale(scale, found_inf, good_steps, growth_interval=2000, growth=2.0,
+               backoff=0.5):
+    """GradScaler's update after one step: (new scale, new count of clean steps)."""
+    ### BEGIN SOLUTION
+    if found_inf:
+        return scale * backoff, 0
+    good_steps += 1
+    if good_steps == growth_interval:
+        return scale * growth, 0
+    return scale, good_steps
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+def real_scales(flags, growth_interval):
+    """Drive a real torch.amp.GradScaler through a sequence of overflow flags."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", growth_interval=growth_interval)
+    out = []
+    for overflow in flags:
+        scaler.scale(torch.ones(()))  # the scaler must have scaled something this step
+        p.grad = torch.tensor([math.inf if overflow else 1.0])
+        scaler.step(opt)  # finds the inf, skips the step
+        scaler.update()
+        out.append(scaler.get_scale())
+    return out
+
+
+def my_scales(flags, growth_interval, start=2.0**16):
+    out, s, good = [], start, 0
+    for overflow in flags:
+        s, good = next_scale(s, overflow, good, growth_interval)
+        out.append(s)
+    return out
+
+
+FLAGS = [True, False, False, False, False, True, True] + [False] * 7
+recorded = [bool(x) for x in skipped]  # the 120 steps of the run above
+check("next_scale",
+      lambda: {"a real GradScaler, growth every 3": my_scales(FLAGS, 3),
+               "the run's recorded loss_scale column": my_scales(recorded, 2000)[:-1]},
+      {"a real GradScaler, growth every 3": real_scales(FLAGS, 3),
+       "the run's recorded loss_scale column": [float(s) for s in scale[1:]]},
+      hints=["An overflow: (scale * backoff, 0). A clean step: count + 1 first.",
+             "Grow only when the count reaches growth_interval, then reset it to 0."])
+
+# %% [markdown]
+# ### What the scaler is for: gradients that underflow
+# Now the surprise of section 2. Why did plain fp16, with no scaler, never go NaN?
+# Take the model trained in fp32 (200 steps, confident) and compute one backward
+# pass three ways: in fp32, in fp16 autocast, and in fp16 autocast with the loss
+# multiplied by 2^16 first (and the gradient divided by it afterwards). Count the
+# gradient entries of the logits that fp16 flushed to exactly 0 (the stable
+# `F.cross_entropy` loss here, so that nothing overflows).
+
+# %%
+from nanlab.train import lm_loss
+
+trained = runs["fp32"].trainer
+batch = trained.batches(200)  # a batch the model has not trained on
+
+
+def logit_grad(loss_scale, dtype):
+    """d(loss)/d(logits), computed in ``dtype`` with the given loss scale."""
+    kept = {}
+
+    def keep(module, inputs, logits):
+        logits.retain_grad()
+        kept["logits"] = logits
+    handle = trained.model.lm_head.register_forward_hook(keep)
+    trained.model.zero_grad()
+    with torch.amp.autocast(trained.device.type, dtype=dtype,
+                            enabled=dtype != torch.float32):
+        loss = lm_loss(trained.model, batch)
+    (loss * loss_scale).backward()
+    handle.remove()
+    return kept["logits"].grad.float() / loss_scale
+
+
+exact = logit_grad(1.0, torch.float32)
+nonzero = exact != 0
+flushed = {}
+for loss_scale in (1.0, 2.0**16):
+    g = logit_grad(loss_scale, torch.float16)
+    flushed[loss_scale] = ((g == 0) & nonzero).sum().item() / nonzero.sum().item()
+    print(f"fp16, loss scale {loss_scale:>7g}: {100 * flushed[loss_scale]:5.1f} % of the "
+          "nonzero gradient entries became 0")
+print(f"smallest nonzero fp32 entry: {exact[nonzero].abs().min().item():.1e}")
+
+# %% tags=["nbval-check-output"]
+print("without scaling, more than a quarter of the entries underflow to 0:",
+      flushed[1.0] > 0.25)
+print("with the loss scaled by 2**16, fewer than 0.1 %:", flushed[2.0**16] < 0.001)
+
+
+# %% [markdown]
+# The loss is a mean over about a thousand positions, so each position's gradient
+# is divided by a thousand; for a confident prediction it is smaller still, below
+# fp16's 6e-8, and becomes exactly 0. Multiplying the loss by 2^16 lifts those
+# values back into range; dividing afterwards in fp32 restores their size. **That
+# is what loss scaling is for: underflow (下溢) in the backward pass.**
+#
+# And that explains plain fp16 in section 2: the gradients that would have made the
+# model more confident were flushed to zero, its largest logsumexp stalled below
+# 11, just under the overflow line, and it ended with more than twice the loss of
+# the fp32 run. It did not go NaN because it **learned less**. A change that makes the
+# NaN go away has not necessarily fixed anything: the same lesson as AMP off in
+# Lab 03.
+#
+# ### The scaler's check, by hand
+# Before the optimizer step, `scaler.unscale_(optimizer)` divides every gradient by
+# the scale and records whether any of them is inf or NaN; `scaler.step(optimizer)`
+# then skips `optimizer.step()` if so.
+#
+# **Exercise 2 · unscale and check.** Write `unscale_and_check(grads, scale)`:
+# return `(unscaled, found_inf)`, new tensors `g / scale` and `True` when any
+# element of any gradient is inf or NaN.
+
+# %%
+def unscale_and_check(grads, scale):
+    """(gradients divided by the loss scale, whether any is inf or NaN)."""
+    ### BEGIN SOLUTION
+    unscaled = [g / scale for g in grads]
+    found_inf = any(not bool(torch.isfinite(g).all()) for g in unscaled)
+    return unscaled, found_inf
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+UNSCALE_CASES = {
+    "clean": ([torch.tensor([2048.0, -512.0]), torch.tensor([[1024.0]])], 1024.0, False),
+    "one inf": ([torch.tensor([1.0, math.inf]), torch.tensor([3.0])], 2.0, True),
+    "one NaN": ([torch.tensor([1.0]), torch.tensor([0.0, math.nan])], 4.0, True),
+    "tiny but finite": ([torch.tensor([6e-8, 0.0])], 65536.0, False),
+}
+
+
+def judge_unscale(got):
+    for case, (grads, s, want_inf) in UNSCALE_CASES.items():
+        unscaled, found = got[case]
+        if bool(found) != want_inf:
+            return f"{case}: found_inf is {bool(found)}, expected {want_inf}"
+        for g, u in zip(grads, unscaled, strict=True):
+            if not torch.allclose(u, g / s, equal_nan=True):
+                return f"{case}: unscaled {u.tolist()}, expected {(g / s).tolist()}"
+    return None
+
+
+check("unscale_and_check",
+      lambda: {c: unscale_and_check(g, s) for c, (g, s, _) in UNSCALE_CASES.items()},
+      test=judge_unscale, hints=[
+          "[g / scale for g in grads]",
+          "torch.isfinite(t).all() is False when t holds any inf or NaN.",
+      ])
+
+# %% [markdown]
+# Where clipping goes: **after** `unscale_`, so that `max_norm = 1.0` means 1.0 in
+# real units, not in units of 65536. And a clipped inf is still not finite, which
+# is why the scaler decides from what `unscale_` found, not from the clipped values.
+#
+# ## 4. bf16: fp32's range, 8 bits of precision
+# bf16 keeps fp32's 8 exponent bits, so nothing in this model comes near its limit
+# and the gradients do not underflow: **no scaler is needed**. The price is the
+# mantissa. Add an update of 0.001 to a weight of 1.0:
+
+# %% tags=["nbval-check-output"]
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    w = torch.tensor(1.0, dtype=dtype)
+    print(f"{str(dtype):15} 1.0 + 0.001 = {(w + 0.001).item():.7f}   "
+          f"spacing of numbers at 1.0: {torch.finfo(dtype).eps:.2e}")
+
+# %% [markdown]
+# In bf16 the update is simply lost: the numbers next to 1.0 are 1.0 and 1.0078.
+# Weight updates are usually far smaller than the weights, so **weights and
+# optimizer state stay in fp32** and only the compute runs in bf16. That is what
+# autocast does, and the bf16 run above trained exactly that way:
+
+# %% tags=["nbval-check-output"]
+b = runs["bf16"]
+p = next(b.trainer.model.parameters())
+with torch.amp.autocast(b.trainer.device.type, dtype=torch.bfloat16):
+    out = b.trainer.model.lm_head(torch.randn(2, 64, device=b.trainer.device))
+f32_end, b16_end = (final_loss(runs[n].record.losses()) for n in ("fp32", "bf16"))
+print("bf16 run: weights", p.dtype, "| lm_head output", out.dtype)
+print("bf16 run uses a GradScaler:", b.trainer.scaler is not None)
+print("bf16 final loss within 10 % of fp32's:", abs(b16_end - f32_end) < 0.1 * f32_end)
+
+# %% [markdown]
+# bf16 cured `fp16_overflow` with no other change, and no scaler. It is the usual
+# first fix for fp16 overflow on hardware that supports it (NVIDIA A100 and later,
+# TPUs). Two limits: bf16 does not cure a real divergence (Lab 03's `high_lr` in
+# bf16 still diverges: `nanlab matrix --faults high_lr --fixes bf16`), and the
+# proper fix of *this* fault is the stable loss, `F.cross_entropy`
+# (`nanlab.faults.fixes` calls it `stable_softmax`).
+#
+# ## 5. Adam's eps in pure fp16
+# Some code puts the *whole* model and optimizer in fp16 (`model.half()`), without
+# fp32 master weights. Adam divides by `√v + eps`, with `eps = 1e-8` by default:
+
+# %% tags=["nbval-check-output"]
+print("1e-8 in fp16:", torch.tensor(1e-8).half().item())
+fi16 = torch.finfo(torch.float16)
+print(f"smallest positive fp16: {fi16.tiny * fi16.eps:.2g}")
+print("1e-4 squared in fp16:", (torch.tensor(1e-4).half() ** 2).item())
+
+
+# %% [markdown]
+# The eps is 0, and `v`, the running mean of squared gradients, is 0 for any
+# gradient below about 1e-3 (at the first step `v = 0.05 · g²`, below fp16's
+# smallest number, 6e-8). Then the update
+# `m / (√v + eps)` is `m / 0`. One AdamW step on four fp16 weights with gradients
+# 1e-2, 1e-4, 1e-6 and 0:
+
+# %% tags=["nbval-check-output"]
+def one_adam_step(eps):
+    w = torch.nn.Parameter(torch.zeros(4, dtype=torch.float16))
+    opt = torch.optim.AdamW([w], lr=1e-3, betas=(0.9, 0.95), eps=eps, weight_decay=0.0,
+                            foreach=False)  # the toy trainer's betas
+    w.grad = torch.tensor([1e-2, 1e-4, 1e-6, 0.0], dtype=torch.float16)
+    opt.step()
+    return ["nan" if math.isnan(v) else "inf" if math.isinf(v) else "finite"
+            for v in w.tolist()]
+
+
+print("eps = 1e-8:", one_adam_step(1e-8))
+print("eps = 1e-4:", one_adam_step(1e-4))
+
+# %% [markdown]
+# `1e-4 / 0 = inf` and `0 / 0 = NaN`, written straight into the weights by the
+# optimizer. The fault `adam_eps_fp16` does this to the toy model, and `locate`
+# points at the optimizer, not the model:
+
+# %%
+eps_run = run_fault("adam_eps_fp16", steps=5)
+eps_loc = locate(eps_run.trainer)
+print(eps_loc.report(max_events=3))
+
+# %% tags=["nbval-check-output"]
+print("first non-finite loss at step:", eps_run.record.first_nonfinite_step)
+print("located step:", eps_loc.step, "| pass:", eps_loc.pass_name,
+      "| op:", eps_loc.first_op.op)
+
+# %% [markdown]
+# The loss of step 0 is fine; the **update** of step 0 writes ±inf into the weights
+# (`aten.addcdiv_` is how PyTorch's Adam applies `w -= lr · m / (√v + eps)`), and
+# the loss of step 1 is NaN. A NaN that appears one step after a perfectly normal
+# loss, with nothing growing before it, and `locate` in the optimizer pass: that
+# is the signature.
+#
+# The cure is to keep what Adam accumulates in fp32: fp16 *autocast* with a
+# GradScaler (fp32 master weights and optimizer state; nanlab calls that fix
+# `grad_scaler`), or bf16 autocast. An eps that fp16 can represent (1e-4) also
+# stops the NaN, but pure-fp16 training stays fragile. The same seed, 60 steps,
+# against the fp32 run at the same step:
+
+# %%
+eps_fixed = run_fault("adam_eps_fp16", fixes=["grad_scaler"], steps=60, decay_steps=200)
+cfg = eps_fixed.trainer.config
+fixed_59 = eps_fixed.record.losses()[59]
+fp32_59 = runs["fp32"].record.losses()[59]
+print(f"precision {cfg.precision}, scaler {eps_fixed.trainer.scaler is not None}, "
+      f"weights {next(eps_fixed.trainer.model.parameters()).dtype}")
+print(f"loss at step 59: fixed {fixed_59:.3f}, fp32 {fp32_59:.3f}")
+
+# %% tags=["nbval-check-output"]
+print("no non-finite step:", eps_fixed.record.first_nonfinite_step is None)
+print("loss at step 59 within 10 % of the fp32 run:",
+      abs(fixed_59 - fp32_59) < 0.1 * fp32_59)
+
+# %% [markdown]
+# ## 6. The modern API in ten lines
+# Everything above, in a loop you could paste into your own code. Three rules:
+#
+# - `torch.amp.autocast(device_type=..., dtype=...)` and
+#   `torch.amp.GradScaler(device)`: the `torch.cuda.amp` spellings are deprecated;
+# - autocast wraps the **forward pass and the loss only**, not `backward`;
+# - `unscale_` before clipping, then `step` and `update`.
+#
+# `growth_interval=10` instead of 2000, so that 60 steps show the scale probing
+# upwards and backing off.
+
+# %%
+from nanlab.data import CountingTask
+from nanlab.model import GPT, GPTConfig
+from nanlab.train import to_device
+
+torch.manual_seed(0)
+model = GPT(GPTConfig()).to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=5e-3, betas=(0.9, 0.95))
+scaler = torch.amp.GradScaler(device, init_scale=2.0**16, growth_interval=10)
+task, trace = CountingTask(seed=0), []
+for step in range(60):
+    batch = to_device(task(step), torch.device(device))
+    with torch.amp.autocast(device_type=device, dtype=torch.float16):
+        loss = lm_loss(model, batch)  # forward and loss in mixed precision
+    opt.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()  # backward of loss * scale, outside autocast
+    scaler.unscale_(opt)  # grads / scale, in place; looks for inf / NaN
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # real units now
+    trace.append((scaler.get_scale(), loss.item()))
+    scaler.step(opt)  # skips opt.step() if unscale_ found inf / NaN
+    scaler.update()  # x0.5 after an overflow, x2 after 10 clean steps
+
+# %%
+loop_scale = np.array([s for s, _ in trace])
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 4), sharex=True, layout="constrained")
+ax1.step(range(60), loop_scale, where="post")
+ax1.set_yscale("log", base=2)
+ax1.set_ylabel("loss scale")
+ax2.plot([loss for _, loss in trace])
+ax2.set_ylabel("loss")
+ax2.set_xlabel("step");
+
+# %% tags=["nbval-check-output"]
+overflow = [bool(loop_scale[i + 1] < loop_scale[i]) for i in range(59)]
+print("the loss went down:", trace[-1][1] < 0.5 * trace[0][1])
+print("some steps overflowed and were skipped:", any(overflow))
+print("the scale grew again after 10 clean steps:",
+      any(loop_scale[i + 1] > loop_scale[i] for i in range(59)))
+
+# %% [markdown]
+# The sawtooth is normal: the scaler keeps trying a larger scale (more headroom
+# for small gradients) and backs off when a step overflows. A few skipped steps
+# per thousand are the price; a scale that only ever goes down is the alarm.
+#
+# And the old spelling? On a machine without CUDA it does not fail, it quietly
+# turns itself off:
+
+# %%
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    old = torch.cuda.amp.GradScaler()
+for w in caught:
+    print(f"{w.category.__name__}: {str(w.message)[:100]}")
+print("old-style scaler enabled:", old.is_enabled())
+
+# %% tags=["nbval-check-output"]
+print("torch.cuda.amp.GradScaler() raises a FutureWarning (deprecated):",
+      any(issubclass(w.category, FutureWarning) for w in caught))
+
+# %% [markdown]
+# Code copied from a 2020 tutorial runs on a laptop without scaling and without a
+# word beyond a warning; on a GPU it still works today, and will stop working when
+# the deprecated names are removed. Write `torch.amp.autocast(device_type=...)` and
+# `torch.amp.GradScaler(device)`.
+#
+# ## 7. Practice
+
+# %%
+from nanlab.course import FreeText, KeyPoint, MultipleChoice, RootCause
+
+MultipleChoice(
+    "04-scaler-cures",
+    "Which of these does a GradScaler (dynamic loss scaling) deal with? Pick all.",
+    ["small gradients underflowing to 0 in the fp16 backward pass",
+     "an occasional step whose scaled gradients overflow: it skips that step",
+     "a loss that is already inf in the forward pass",
+     "Adam's eps rounding to 0 in a pure-fp16 optimizer",
+     "a learning rate that is too high"],
+    answers=[0, 1],
+    explanation="Scaling lifts small gradients out of the underflow range, and the "
+    "inf check skips the rare overflowing step. A forward overflow repeats at every "
+    "step (the scale collapses); Adam's eps and the LR are not about gradient range.",
+    hints=["What does the scaler multiply, and when does it act?"],
+)
+
+# %%
+MultipleChoice(
+    "04-pick-precision",
+    "A hand-written softmax cross-entropy overflows under fp16 autocast once the "
+    "model is confident. Which precision change cures it and keeps 16-bit speed?",
+    ["bf16 autocast", "fp16 autocast with a GradScaler", "fp16 with a smaller "
+     "init_scale", "pure fp16 (model.half())"],
+    answers=0,
+    explanation="bf16 has fp32's range: exp overflows only past 88.7. The scaler "
+    "acts on gradients, not on the forward pass. The real fix is the stable loss "
+    "(F.cross_entropy, or subtract the max).",
+    hints=["Which format's exp overflows past 11.09, and which past 88.7?"],
+)
+
+# %%
+RootCause(
+    "04-mystery-scale",
+    "Mystery: an fp16 + GradScaler run. From step 4,210 the logged loss is inf and the "
+    "loss scale halves at every step, now at 1e-5. What is the root cause? Tick the "
+    "evidence that supports it.",
+    ["dirty data", "learning rate too high", "fp16 overflow in the forward pass",
+     "gradient underflow", "Adam eps in fp16"],
+    answer="fp16 overflow in the forward pass",
+    evidence=["the loss itself is inf, not only the gradients",
+              "locate: the first inf is made by aten.sum inside the loss",
+              "the same run in bf16 trains past step 4,210 normally",
+              "the loss scale keeps halving",
+              "the grad norm was steady before step 4,210",
+              "the optimizer is AdamW"],
+    supporting=["the loss itself is inf, not only the gradients",
+                "locate: the first inf is made by aten.sum inside the loss",
+                "the same run in bf16 trains past step 4,210 normally"],
+    explanation="An inf loss is a forward-pass overflow; locate names the op; bf16 "
+    "removing it with everything else unchanged is the controlled replay. The halving "
+    "scale is the scaler's reaction, not a cause; a steady grad norm argues against "
+    "a too-high LR but does not name the cause.",
+    hints=["Is the loss scale a cause or a symptom?",
+           "Which evidence comes from a replay that changes one thing?"],
+)
+
+# %%
+FreeText(
+    "04-underflow-overflow",
+    "Interview follow-up: 'How do you handle FP16 gradient underflow and overflow?' "
+    "Answer in four or five sentences.",
+    key_points=[
+        KeyPoint("loss scaling lifts small gradients out of underflow",
+                 ("loss scal", "scale the loss", "multiply the loss", "gradscaler",
+                  "损失缩放"),
+                 "say what fixes underflow and how"),
+        KeyPoint("on overflow: skip the step and halve the scale",
+                 ("skip", "halve", "back off", "backoff", "跳过"),
+                 "say what the scaler does with an inf gradient"),
+        KeyPoint("fp32 master weights and optimizer state",
+                 ("master weight", "fp32 weight", "fp32 copy", "optimizer state",
+                  "主权重"),
+                 "say where the weights and Adam's state live"),
+        KeyPoint("persistent overflow or a collapsing scale: find the layer, bf16",
+                 ("bf16", "bfloat16", "collapse", "keeps halving", "locate",
+                  "which layer"),
+                 "say what you do when it is not a rare event"),
+        KeyPoint("unscale before clipping",
+                 ("unscale", "before clipping", "before clip"),
+                 "say where gradient clipping goes"),
+    ],
+    model_answer="Underflow: I use dynamic loss scaling, torch.amp.GradScaler, which "
+    "multiplies the loss by a scale (2^16 to start) before backward so that small "
+    "gradients stay representable, and divides them again before the step. Overflow: "
+    "the scaler checks the unscaled gradients, skips the step and halves the scale, "
+    "and grows it again after 2000 clean steps. Weights and Adam's state stay in fp32 "
+    "as master weights, and I call scaler.unscale_ before clip_grad_norm_ so the "
+    "threshold is in real units. If the scale keeps halving, the overflow is in the "
+    "forward pass or the model is diverging: I log the scale, locate the layer that "
+    "passes 65504, and switch to bf16 or fix that op.",
+    hints=["Two problems, two mechanisms: which one is the scale for?",
+           "What happens to the scale when the overflow is every step?"],
+)
+
+# %% [markdown]
+# ## Summary
+# - fp16 overflows above **65504** (exp above **11.09**) and underflows below
+#   **6e-8**; bf16 has fp32's range with 8 bits of precision.
+# - Autocast keeps **fp32 weights** and runs matmuls in 16 bits; which other ops
+#   stay fp32 depends on the device. Write hand-made losses in fp32 or use the
+#   stable built-ins.
+# - The same hand-written loss: **fp32 and bf16 fine, fp16 + GradScaler inf at step
+#   ~87**, when the softmax denominator passes 65504; the loss is inf, the NaN comes
+#   in backward (inf first, then NaN).
+# - The **GradScaler cures underflow** (most of the logit gradients were 0
+#   without it) and skips rare overflow steps; it **cannot cure a forward
+#   overflow**: the scale collapses, as in BLOOM's fp16 runs. Log the scale.
+# - Plain fp16 "survived" by learning less: a NaN that goes away is not a fix.
+# - **Adam eps 1e-8 is 0 in fp16**: pure fp16 writes inf / NaN in the first
+#   update; keep optimizer state in fp32 (autocast) or use bf16.
+# - Use `torch.amp.autocast(device_type=...)` and `torch.amp.GradScaler(device)`;
+#   `unscale_` before clipping.
+#
+# Your progress:
+
+# %%
+from nanlab.course import show_progress
+
+show_progress();

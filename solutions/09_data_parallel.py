@@ -1,0 +1,638 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] tags=["solution-only"]
+# **Source notebook (solution version).** This pair, `solutions/09_data_parallel.py` and
+# `solutions/09_data_parallel.ipynb`, is the single source of `labs/09_data_parallel.ipynb`, answers
+# filled in. Edit either file (in JupyterLab the other follows on save), then run
+# `nanlab course execute solutions/09_data_parallel.py` (syncs the pair, stores the outputs
+# the tests compare) and `nanlab course build` (writes the learner's version).
+
+# %% [markdown]
+# # Lab 09 · NaN in data-parallel training (数据并行): one bad rank
+#
+# Every large run is data-parallel: N copies of the model (replicas, 副本), one per
+# rank (进程/卡), each training on its own shard of the data. PyTorch's DDP
+# (DistributedDataParallel) averages the gradients of all ranks during backward
+# with an **all-reduce** (全归约), so that every rank applies the same update and
+# the replicas stay equal. What happens when only *one* rank gets a bad batch?
+# In this lab:
+#
+# 1. **a NaN on one rank**: rank 1's batch carries a NaN, rank 0's is clean; see
+#    where the NaN ends up, with and without a guard;
+# 2. **a decision on a local value**: rank 1's shard is garbled, its loss spikes,
+#    rank 0's does not; each rank's guard decides alone, and the replicas drift
+#    apart without a word (you measure by how much);
+# 3. **the fix**: every rank takes the decision any rank took, with one all-reduce
+#    of the flags (MAX); you write its semantics and check it against the run;
+# 4. **how Megatron-LM and DeepSpeed do it**;
+# 5. **practice** in interview form.
+#
+# Two real processes, joined by PyTorch's gloo backend on this machine's CPU; about
+# 30 minutes.
+
+# %% [markdown]
+# ## Setup
+# `nanlab.distributed.launch(fn, 2, ...)` starts two Python processes, joins them
+# in a process group (gloo, on 127.0.0.1), runs `fn(rank, 2, ...)` in each and
+# hands back each rank's result. The worker here is the package's
+# `train_data_parallel`: the toy Transformer of Lab 00 wrapped in DDP, on the
+# counting task, rank *r* training on global batches *r*, *r* + 2, *r* + 4, ...
+# (the interleaving of PyTorch's `DistributedSampler`), seed 0.
+#
+# The worker runs on the CPU even when a GPU is present: gloo is a CPU backend.
+# A GPU job would use NCCL; the mechanism (DDP's gradient all-reduce, the flag
+# all-reduce) is the same, the loss values would differ in their last digits.
+
+# %%
+import inspect
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+
+from nanlab.course import check, start_lab
+from nanlab.distributed import launch, replica_gap, replicas_identical, train_data_parallel
+from nanlab.guard import agree
+from nanlab.model import GPT
+from nanlab.train import TrainConfig
+
+start_lab("09_data_parallel")
+
+# %% [markdown]
+# ## The experiment: five runs, one launch
+# Starting the processes costs more than the training: each one imports PyTorch
+# and joins the group, about 10 to 20 s on a busy 2-core machine. So we launch
+# once and let each rank run five short trainings in a row, each a controlled
+# replay (same seed, same data, one change):
+#
+# - `clean` (10 steps): nothing changed, the yardstick;
+# - `nan` (10 steps): rank 1's batch of step 6 has one NaN in its float feature
+#   (the `nan_input` fault); no guard;
+# - `nan + guard`: the same, with `Guard("skip")` on each rank, each deciding alone;
+# - `garbled, alone` (25 steps): rank 1's batch of step 24 has random targets (a
+#   `garbled` shard); a spike detector on each rank, each deciding alone;
+# - `garbled, agreed` (25 steps): the same detector, its flags all-reduced across
+#   ranks.
+#
+# "Each deciding alone" is `sync_ranks=False`; by default (`sync_ranks=None`) the
+# guard all-reduces its flags whenever it runs under `torch.distributed`.
+#
+# **Exercise 1 · predict.** Before you run the launch, predict four outcomes:
+# return a dict mapping each of the `STATEMENTS` to `True` or `False`.
+
+# %%
+STATEMENTS = [
+    "nan, no guard: rank 0's own loss at step 6 is finite",
+    "nan, no guard: rank 0's weights are all finite at the end",
+    "nan, no guard: the two replicas are bit-identical at the end",
+    "garbled, alone: the two replicas are bit-identical at the end",
+]
+
+
+def my_predictions():
+    """{statement: True or False} for each of STATEMENTS."""
+    ### BEGIN SOLUTION
+    return dict(zip(STATEMENTS, [True, False, True, False], strict=True))
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Now the launch (about 15 to 30 s). The garbled runs use a shorter detector window
+# than the guard's default (10 steps instead of 20): in 25 steps the loss is still
+# falling fast, which widens a long window's spread and hides the spike.
+
+# %%
+NAN = {"fault": "nan_input", "steps": 10, "at_step": 6, "checkpoint_every": 5}
+GARBLED = {"fault": "garbled", "steps": 25, "at_step": 24, "checkpoint_every": 5}
+DETECTOR = {"mode": "skip", "spike": "skip", "window": 10, "warmup": 10}
+RUNS = {
+    "clean": {"steps": 10, "fault": None, "guard": None},
+    "nan": {**NAN, "guard": None},
+    "nan + guard": {**NAN, "guard": {"mode": "skip", "sync_ranks": False}},
+    "garbled, alone": {**GARBLED, "guard": {**DETECTOR, "sync_ranks": False}},
+    "garbled, agreed": {**GARBLED, "guard": DETECTOR},
+}
+
+start = time.perf_counter()
+per_rank = launch(train_data_parallel, 2, list(RUNS.values()))
+runs = {name: (per_rank[0][i], per_rank[1][i]) for i, name in enumerate(RUNS)}
+print(f"two processes, five runs each: {time.perf_counter() - start:.1f} s")
+
+# %% [markdown]
+# Each result is a dict per rank: `losses` (this rank's loss at every step, on its
+# own shard), `skipped` (the steps its guard dropped), `events` (what the guard did
+# and why), `params` (all weights, flattened) and `finite`. Check your predictions:
+
+# %% tags=["nbval-check-output"]
+r0, r1 = runs["nan"]
+g0, g1 = runs["garbled, alone"]
+actual = dict(zip(STATEMENTS, [
+    math.isfinite(r0["losses"][6]),
+    r0["finite"],
+    replicas_identical([r0["params"], r1["params"]]),
+    replicas_identical([g0["params"], g1["params"]]),
+], strict=True))
+check("predict_ddp", my_predictions, actual, hints=[
+    "DDP averages gradients, not losses: each rank's loss is computed on its own "
+    "shard.",
+    "What is (a finite number + NaN) / 2?",
+    "After the gradient all-reduce, does each rank apply the same update?",
+])
+
+# %% [markdown]
+# ## 1. A NaN on one rank reaches every rank
+# The `nan` run, around step 6, one column per rank:
+
+# %%
+r0, r1 = runs["nan"]
+for step in range(4, 10):
+    print(f"step {step}:  rank 0 loss {r0['losses'][step]:6.3f}   "
+          f"rank 1 loss {r1['losses'][step]:6.3f}")
+
+# %% tags=["nbval-check-output"]
+nan_steps = [s for s in range(10) if math.isnan(r0["losses"][s])]
+print("rank 1's loss at step 6 is NaN:", math.isnan(r1["losses"][6]))
+print("rank 0's loss at step 6 is finite:", math.isfinite(r0["losses"][6]))
+print("rank 0's loss is NaN at every step from 7 on:", nan_steps == [7, 8, 9])
+print("weights finite at the end (rank 0, rank 1):", (r0["finite"], r1["finite"]))
+print("replicas bit-identical:", replicas_identical([r0["params"], r1["params"]]))
+print("both processes ran every step and exited without an error:",
+      len(r0["losses"]) == len(r1["losses"]) == 10)
+
+# %% [markdown]
+# Follow the NaN. Rank 1's forward pass turns the NaN feature into a NaN loss and
+# NaN gradients. Rank 0's loss at step 6 is finite: **the loss is local**, computed
+# on each rank's own shard. Then DDP's all-reduce averages the gradients,
+# `(g₀ + NaN) / 2 = NaN`, and hands the average to *both* ranks. Both optimizers
+# apply the same NaN update: every weight on both ranks becomes NaN, in lockstep.
+# From step 7 on, rank 0's clean batches give a NaN loss too.
+#
+# The replicas are still bit-identical: **identically destroyed**. And nothing
+# complained: both processes trained on NaN to the last step and exited normally,
+# as a single-process run does (claim B3, Lab 02), now on every card at once.
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3), layout="constrained")
+c0, _ = runs["clean"]
+ax.plot(c0["losses"], "k-", lw=1, label="clean, rank 0")
+for (rank, res), style in zip(enumerate(runs["nan"]), ("o-", "s--"), strict=True):
+    ax.plot(res["losses"], style, label=f"nan, rank {rank}")
+for (rank, res), style in zip(enumerate(runs["nan + guard"]), ("^:", "v:"),
+                              strict=True):
+    ax.plot(res["losses"], style, alpha=0.7, label=f"nan + guard, rank {rank}")
+ax.axvline(6, color="red", lw=0.8, ls="--")
+nan_at = [s for s in range(10) if any(math.isnan(r["losses"][s]) for r in runs["nan"])]
+ax.plot(nan_at, [3.45] * len(nan_at), "rx", label="nan: a NaN loss (on a rank)")
+ax.set(xlabel="step", ylabel="loss (this rank's shard)",
+       title="NaN in rank 1's batch of step 6")
+ax.legend(fontsize=7);
+
+# %% [markdown]
+# **With a guard.** The `nan + guard` run attaches `Guard("skip")` to each rank,
+# each deciding alone. The guard looks at the step's loss *and* its global gradient
+# norm after backward, before the optimizer step. What did rank 0 decide, although
+# its own loss was finite?
+
+# %%
+q0, q1 = runs["nan + guard"]
+for rank, res in enumerate((q0, q1)):
+    for e in res["events"]:
+        if e["kind"] == "guard":
+            print(f"rank {rank}, step {e['step']}: {e['action']}: {e['reason']}")
+c0, _ = runs["clean"]
+for step in range(6, 10):
+    print(f"step {step}, rank 0 loss: clean {c0['losses'][step]:.3f}   "
+          f"nan + guard {q0['losses'][step]:.3f}")
+
+# %% tags=["nbval-check-output"]
+reason = next(e["reason"] for e in q0["events"] if e["kind"] == "guard")
+print("both ranks skipped step 6, and only step 6:", q0["skipped"] == q1["skipped"] == [6])
+print("rank 0 skipped on the averaged gradients' norm:",
+      reason.startswith("non-finite grad norm"))
+print("weights finite on both ranks:", q0["finite"] and q1["finite"])
+print("replicas bit-identical:", replicas_identical([q0["params"], q1["params"]]))
+print("rank 0's loss at step 9 within 5 % of the clean run's:",
+      abs(q0["losses"][9] - c0["losses"][9]) < 0.05 * c0["losses"][9])
+print("about one update behind (between the clean loss at steps 9 and 7):",
+      c0["losses"][9] < q0["losses"][9] < c0["losses"][7])
+
+# %% [markdown]
+# Rank 0 saw the NaN in the *averaged* gradients: after DDP's all-reduce the global
+# gradient norm is NaN on every rank, so a guard that checks it skips on every
+# rank, even without talking to the others. Both skip step 6, the weights stay
+# finite and bit-identical, and the loss goes on falling at the clean run's pace,
+# one update behind it: the skipped update is the only cost (early in training, as
+# here, one update is worth a few per cent of the loss).
+#
+# Note what saved rank 0: the **gradient** check. A check on the local loss only
+# (the common `if not math.isfinite(loss.item()): skip`) sees a finite loss on
+# rank 0 at step 6: rank 0 would step with NaN gradients while rank 1 skips.
+# (Practice question `09-local-loss-check` asks what follows.)
+#
+# ## 2. A decision on a local value: the replicas drift apart
+# Not every bad batch makes a NaN. In the garbled runs, rank 1's batch of step 24
+# has **random targets**: a shard of noise, a broken tokenizer, a binary file read
+# as text. The loss stays finite but jumps on rank 1 only, even above ln 32 ≈ 3.5
+# (a uniform guess): the model is confidently wrong about every random target.
+# The spike detector (损失尖峰检测) works on the **local** loss, so only rank 1's
+# fires. In `garbled, alone` each rank acts on its own decision.
+
+# %%
+g0, g1 = runs["garbled, alone"]
+for step in range(21, 25):
+    print(f"step {step}:  rank 0 loss {g0['losses'][step]:.3f}   "
+          f"rank 1 loss {g1['losses'][step]:.3f}")
+for rank, res in enumerate((g0, g1)):
+    print(f"rank {rank}: skipped {res['skipped']}; guard events:",
+          [e["reason"] for e in res["events"] if e["kind"] == "guard"])
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3), layout="constrained")
+for rank, res in enumerate(runs["garbled, alone"]):
+    ax.plot(res["losses"], label=f"rank {rank}")
+ax.axvline(24, color="red", lw=0.8, ls="--", label="garbled batch (rank 1)")
+ax.set(xlabel="step", ylabel="loss (this rank's shard)",
+       title="garbled, alone: a spike on rank 1 only")
+ax.legend(fontsize=8);
+
+# %% [markdown]
+# Rank 1 skipped step 24; rank 0 saw a normal loss and stepped. Both had the same
+# averaged gradient in hand (DDP's all-reduce ran in backward, garbled part
+# included), but only one applied it. Now measure the replicas:
+
+# %%
+gap = replica_gap([g0["params"], g1["params"]])
+print(f"largest weight difference between the replicas after step 24: {gap:.1e}")
+
+# %% tags=["nbval-check-output"]
+print("rank 1's loss at step 24 more than 2x rank 0's:",
+      g1["losses"][24] > 2 * g0["losses"][24])
+print("rank 1 skipped step 24, rank 0 skipped nothing:",
+      (g1["skipped"], g0["skipped"]) == ([24], []))
+print("replicas bit-identical:", replicas_identical([g0["params"], g1["params"]]))
+print("largest weight difference above 1e-4:", gap > 1e-4)
+print("every weight finite on both ranks:", g0["finite"] and g1["finite"])
+
+# %% [markdown]
+# **Silent drift** (副本不一致). After step 24 the two ranks hold different models,
+# and nothing will bring them back together: every later step applies the *same*
+# averaged gradient to *different* weights (computed, from then on, by two
+# different models), and DDP synchronises gradients, never the parameters after
+# the first broadcast. Nothing notices: the loss is finite, no rank raises
+# anything. The checkpoint
+# that rank 0 writes (the usual practice) holds one of the two models; the
+# training really ran with two.
+#
+# The same holds for any decision on a value that is local to a rank: a check on
+# the local loss, a per-rank data check that drops a batch, a rollback decided by
+# one rank (that rank alone would go back to an earlier checkpoint).
+#
+# **Exercise 2 · a replica-drift check.** Real runs compare replicas from their
+# state dicts (or checkpoints), not from a flat vector. Write `weight_gap(state_a,
+# state_b)`: the largest absolute difference between two state dicts with the same
+# keys, over every tensor, as a Python float; NaN if any difference is NaN.
+# `as_state_dict` turns a rank's flat `params` back into the model's state dict.
+
+# %%
+SHAPES = {k: v.shape for k, v in GPT(TrainConfig().model).state_dict().items()}
+
+
+def as_state_dict(flat):
+    """A rank's flat parameters as {name: tensor}, in the model's order."""
+    out, i = {}, 0
+    for name, shape in SHAPES.items():
+        n = math.prod(shape)
+        out[name] = flat[i:i + n].view(shape)
+        i += n
+    assert i == flat.numel()
+    return out
+
+
+def weight_gap(state_a, state_b):
+    """max |a - b| over every tensor of two state dicts (float; NaN if any is NaN)."""
+    ### BEGIN SOLUTION
+    gaps = [(state_a[k] - state_b[k]).abs().max() for k in state_a]
+    return float(torch.stack(gaps).max())  # torch's max propagates NaN
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+PAIRS = ["garbled, alone", "garbled, agreed", "nan"]
+
+
+def gap_of(name, fn):
+    a, b = runs[name]
+    return fn(a["params"], b["params"])
+
+
+expected = [gap_of(name, lambda a, b: replica_gap([a, b])) for name in PAIRS]
+check("weight_gap",
+      lambda: [gap_of(name, lambda a, b: weight_gap(as_state_dict(a), as_state_dict(b)))
+               for name in PAIRS],
+      expected, hints=[
+          "For each key: (state_a[k] - state_b[k]).abs().max(), then the max of those.",
+          "Python's max() and NaN do not mix (max(nan, 1.0) is nan, max(1.0, nan) is "
+          "1.0): stack the per-tensor gaps and use torch's max, which propagates NaN.",
+      ])
+
+# %% [markdown]
+# Which tensors did the one-sided skip touch? (The package's `replica_gap` stands
+# in if your function is not done yet.)
+
+# %%
+a, b = (as_state_dict(r["params"]) for r in runs["garbled, alone"])
+per_tensor = {k: replica_gap([a[k].flatten(), b[k].flatten()]) for k in a}
+for name in sorted(per_tensor, key=per_tensor.get, reverse=True)[:5]:
+    print(f"{name:28} max |difference| {per_tensor[name]:.1e}")
+try:
+    total, by = weight_gap(a, b), "your weight_gap"
+except Exception:  # not done yet (or raising): the package's answer instead
+    total, by = max(per_tensor.values()), "replica_gap"
+print(f"over all tensors ({by}): {total:.1e}")
+print("tensors that differ:", sum(g > 0 for g in per_tensor.values()), "of",
+      len(per_tensor))
+
+# %% [markdown]
+# And the `nan` run? Its replicas are bit-identical, yet the gap is NaN, because
+# `NaN − NaN` is NaN. A value-based check cannot tell "identically destroyed" from
+# "different"; that is why `replicas_identical` compares the **bits** (the float32
+# bit patterns as integers), and why a drift check in a real run should compare a
+# hash or checksum of the bits across ranks.
+
+# %% tags=["nbval-check-output"]
+n0, n1 = runs["nan"]
+print("nan run: the gap is NaN:", math.isnan(replica_gap([n0["params"], n1["params"]])))
+print("nan run: bit-identical:", replicas_identical([n0["params"], n1["params"]]))
+
+# %% [markdown]
+# ## 3. The fix: every rank takes the decision any rank took
+# Before the optimizer step, each rank puts its decision flags into a small tensor
+# and all ranks all-reduce it with **MAX**: a 1 anywhere becomes a 1 everywhere.
+# That is a logical OR across ranks: **any rank bad → every rank skips**. This is
+# `nanlab.guard.agree`, which the guard calls once per step (the flags are
+# "non-finite" and "spike"):
+
+# %%
+print(inspect.getsource(agree))
+
+
+# %% [markdown]
+# **Exercise 3 · the semantics of `agree`.** Write it as a pure function, no
+# process group needed: `per_rank[r]` is rank *r*'s tuple of flags; return what
+# each rank holds after the all-reduce, a list with one tuple of bools per rank.
+# The check compares it with the reduction gloo performs (a MAX over ranks), and
+# then replays the `garbled, alone` run through it: each rank's local skip
+# decision at every step, agreed, must give the skips of the `garbled, agreed` run.
+
+# %%
+def agree_flags(per_rank):
+    """[flags of rank 0, flags of rank 1, ...] -> each rank's flags after an
+    all-reduce with MAX (a list with one tuple of bools per rank)."""
+    ### BEGIN SOLUTION
+    agreed = tuple(any(flags[i] for flags in per_rank) for i in range(len(per_rank[0])))
+    return [agreed for _ in per_rank]
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+CASES = [[(False, False), (False, True)], [(True,), (False,), (False,), (False,)],
+         [(False, False), (False, False)], [(True, False)], [(0, 1, 0), (1, 0, 0)]]
+
+
+def all_reduce_max(per_rank):
+    """What dist.all_reduce(t, op=ReduceOp.MAX) leaves on every rank."""
+    t = torch.tensor(per_rank, dtype=torch.float32).amax(dim=0)
+    return [tuple(bool(v) for v in t.tolist())] * len(per_rank)
+
+
+def replay(fn):
+    """The garbled, alone run's local skip decisions, agreed step by step."""
+    alone = runs["garbled, alone"]
+    steps = range(len(alone[0]["losses"]))
+    agreed = [fn([(s in res["skipped"],) for res in alone]) for s in steps]
+    return [[s for s in steps if agreed[s][rank][0]] for rank in range(2)]
+
+
+def judge_agree(got):
+    cases, replayed = got
+    for case, value in zip(CASES, cases, strict=True):
+        want = all_reduce_max(case)
+        if [tuple(bool(v) for v in flags) for flags in value] != want:
+            return f"flags {case}: got {value}, expected {want}"
+    want = [r["skipped"] for r in runs["garbled, agreed"]]
+    if replayed != want:
+        return f"replayed skips per rank {replayed}, the agreed run skipped {want}"
+    return None
+
+
+check("agree_flags", lambda: ([agree_flags(c) for c in CASES], replay(agree_flags)),
+      test=judge_agree, hints=[
+          "MAX over 0/1 values is a logical OR: any(...) over the ranks, per flag.",
+          "Every rank gets the same tuple back: build it once, then repeat it "
+          "len(per_rank) times.",
+      ])
+
+# %% [markdown]
+# And the run that does it, `garbled, agreed` (the same detector, `sync_ranks` left
+# at its default):
+
+# %%
+a0, a1 = runs["garbled, agreed"]
+for rank, res in enumerate((a0, a1)):
+    print(f"rank {rank}: skipped {res['skipped']}; guard events:",
+          [e["reason"] for e in res["events"] if e["kind"] == "guard"])
+
+# %% tags=["nbval-check-output"]
+reason = next(e["reason"] for e in a0["events"] if e["kind"] == "guard")
+print("both ranks skipped step 24, and only step 24:",
+      a0["skipped"] == a1["skipped"] == [24])
+print("rank 0 says why:", reason.startswith("loss spike on another rank"))
+print("replicas bit-identical:", replicas_identical([a0["params"], a1["params"]]))
+print("largest weight difference is 0.0:", replica_gap([a0["params"], a1["params"]]) == 0.0)
+
+# %% [markdown]
+# Rank 1's detector fired; rank 0's did not, but after the all-reduce rank 0 holds
+# the spike flag too, skips the same step and logs the reason ("loss spike on
+# another rank"). The replicas stay bit-identical. The price is one all-reduce of
+# two numbers per step, next to the all-reduce of every gradient of the model that
+# DDP already does every step.
+#
+# ## 4. How Megatron-LM and DeepSpeed do it (claim M13)
+# Both detect a bad step in the optimizer, after the gradients are reduced, and
+# both make the decision global the same way: **a found-inf (overflow) flag,
+# all-reduced with MAX, before the optimizer step**.
+#
+# - **Megatron-LM** (`megatron/core/optimizer/optimizer.py`, the mixed-precision
+#   optimizer): while unscaling the gradients it sets a `found_inf` tensor to 1 if
+#   any gradient is inf or NaN, all-reduces it with MAX over the ranks that hold
+#   *different* parts of the gradients (`get_grad_stats_parallel_group`: the
+#   model-parallel ranks; with the distributed optimizer, whose ranks each hold a
+#   shard of the gradients, the data-parallel ranks too), and only then reads it on
+#   the host. If it is set, every rank skips the optimizer step, the loss scale
+#   backs off, the learning-rate schedule does not advance, and the log counts a
+#   "skipped iteration".
+# - **DeepSpeed** (`runtime/utils.py` `CheckOverflow`, and the ZeRO optimizers):
+#   each rank checks its gradients (or their norm) for inf / NaN, all-reduces the
+#   overflow flag with MAX over the data-parallel group and then the
+#   model-parallel group, and every rank skips together, lowers the loss scale
+#   and logs "OVERFLOW! ... Skipping step".
+#
+# Why do they need the all-reduce, when section 1 showed that DDP already spreads a
+# NaN gradient to every rank? Because in their setups the gradients are not
+# replicated: with ZeRO stages 2-3 or Megatron's distributed optimizer each rank
+# keeps only its shard of the averaged gradients, and with tensor or pipeline
+# parallelism each rank holds a different slice of the weights. An inf in one shard
+# is seen by one rank only, and without the flag that rank alone would skip: the
+# drift of section 2. nanlab's guard does the same for its two flags, non-finite
+# and spike, so a decision on the local loss (which these two systems do not take
+# in the optimizer) is global too.
+#
+# Their automatic recovery is the skip (and, in fp16, the lower loss scale); going
+# back to a checkpoint is a restart, or in Megatron-LM a re-run of the step by its
+# `RerunStateMachine` to classify the fault. nanlab's `recover` mode rolls back
+# inside the run, and under DDP the same flag all-reduce sends every rank back to
+# the same checkpoint (`tests/test_distributed.py` checks it; Lab 08 covers
+# recovery).
+#
+# | | flags | agreed by | on a bad step, every rank |
+# |---|---|---|---|
+# | Megatron-LM | inf/NaN in grads | MAX of `found_inf` | skips, backs off the scale |
+# | DeepSpeed | inf/NaN in grads | MAX of `overflow` | skips, backs off the scale |
+# | nanlab `Guard` | non-finite; spike | MAX of both (`agree`) | skips, stops or rolls back |
+# | plain DDP | none | nothing | trains on: NaN everywhere |
+#
+# ## 5. Practice
+# Answer, then press **Check**. **Hint** reveals one hint at a time.
+
+# %%
+from nanlab.course import FreeText, KeyPoint, MultipleChoice, Ordering
+
+MultipleChoice(
+    "09-which-ranks",
+    "An 8-GPU DDP job, no guard. One sample on rank 5 has a NaN feature. After that "
+    "step's optimizer update, which ranks have NaN weights?",
+    ["all 8, bit-identical to each other", "only rank 5",
+     "rank 5, and the ranks it talks to in the ring", "none: DDP drops non-finite "
+     "gradients"],
+    answers=0,
+    explanation="DDP all-reduces (averages) the gradients: one NaN term makes the "
+    "average NaN on every rank, and every rank applies the same NaN update. The "
+    "replicas stay identical, identically destroyed; no error is raised.",
+    hints=["What does an average with one NaN term give?"],
+)
+
+# %%
+MultipleChoice(
+    "09-local-loss-check",
+    "Your DDP loop does: backward; then `if math.isfinite(loss.item()): "
+    "optimizer.step()`. Rank 1's batch has a NaN in its input; rank 0's is clean. "
+    "What happens at that step?",
+    ["rank 1 skips; rank 0's loss is finite, so it steps with the NaN-averaged "
+     "gradients: rank 0's weights become NaN, rank 1's stay finite",
+     "both ranks skip: the loss is averaged by DDP like the gradients",
+     "both ranks step and both become NaN",
+     "rank 1 skips, rank 0 steps with its own clean gradients: a small drift"],
+    answers=0,
+    explanation="The loss is local (section 1: rank 0's loss was finite at the bad "
+    "step) but the gradients are averaged, so rank 0's gradients are NaN. A check "
+    "on the local loss lets rank 0 write NaN into its weights while rank 1 skips: "
+    "one rank destroyed, the replicas different. Check the global grad norm, and "
+    "all-reduce the flag.",
+    hints=["Which one does DDP average: the loss, or the gradients?",
+           "What did rank 0's loss show at step 6 in the nan run?"],
+)
+
+# %%
+Ordering(
+    "09-guarded-step",
+    "Put one guarded data-parallel training step in order.",
+    ["forward and backward; DDP all-reduces the gradients",
+     "each rank computes its flags (loss or grad norm non-finite, loss spike)",
+     "all-reduce the flags with MAX",
+     "every rank applies the same decision: step, or skip the optimizer and LR step",
+     "log the decision and its reason on every rank"],
+    explanation="The flags can only be computed once the loss and the reduced "
+    "gradients exist; they must be agreed before anyone touches the weights; the "
+    "decision is logged so that a skipped step is never silent.",
+    hints=["Which step must come before any rank touches the weights?"],
+)
+
+# %%
+FreeText(
+    "09-dp-skip",
+    "Interview: 'We skip the optimizer step when the loss is NaN or spikes. We are "
+    "moving to 64-GPU data parallelism. What can go wrong, and what do you change?' "
+    "Three or four sentences.",
+    key_points=[
+        KeyPoint("a local decision makes ranks disagree",
+                 ("local", "one rank", "only that rank", "that rank only",
+                  "own shard", "some ranks", "disagree", "different decision",
+                  "单个", "本地"),
+                 "say what is different about the loss on one rank"),
+        KeyPoint("the replicas drift apart silently",
+                 ("drift", "diverge", "out of sync", "desync", "different weights",
+                  "replicas differ", "not identical", "不一致", "漂移"),
+                 "say what happens to the replicas"),
+        KeyPoint("all-reduce the flag with MAX, so every rank skips",
+                 ("all-reduce", "all reduce", "allreduce", "max", "every rank skips",
+                  "all ranks skip", "全归约"),
+                 "name the collective that makes the decision global"),
+        KeyPoint("check the gradient norm, not only the local loss",
+                 ("grad norm", "gradient norm", "global norm", "gradients", "梯度"),
+                 "say which value sees another rank's NaN"),
+        KeyPoint("verify and log",
+                 ("checksum", "hash", "compare the weights", "bit-identical", "log",
+                  "count", "日志"),
+                 "say how you would know it worked"),
+    ],
+    model_answer="The loss is computed on each rank's own shard, so a NaN or a spike "
+    "in one shard trips the check on that rank only: it skips while the others step, "
+    "and from then on the replicas hold different weights, silently, because DDP "
+    "only syncs gradients. I would all-reduce the skip flag with MAX before the "
+    "optimizer step so that any bad rank makes every rank skip, as Megatron-LM and "
+    "DeepSpeed do for their found-inf flag, and also check the global gradient norm, "
+    "which sees another rank's NaN after the all-reduce. Every skip is logged with "
+    "its reason, and a periodic checksum of the weights across ranks proves they "
+    "are still bit-identical.",
+    hints=["Is the loss averaged across ranks, like the gradients?",
+           "What one collective would make all ranks take the same decision?"],
+)
+
+# %% [markdown]
+# ## Summary
+# - Under DDP the **gradients** are averaged across ranks, the **loss** is not:
+#   each rank's loss is its own shard's.
+# - A NaN in one rank's batch: that rank's loss is NaN, the others' are finite,
+#   and the averaged gradient is NaN on **every** rank. Without a guard every
+#   replica is destroyed in lockstep, bit-identical, and training goes on
+#   silently (B3, on every card at once).
+# - A guard on the **global grad norm** skips on every rank, since the NaN reaches
+#   every rank's gradients; a guard on the **local loss** alone does not.
+# - A decision on a local value (a spike in one shard's loss) taken by each rank
+#   alone makes the replicas **drift apart silently** (here every tensor differs,
+#   by up to about 1e-3, after one skipped update). Compare replicas by their
+#   bits: by value, NaN ≠ NaN.
+# - The fix is one all-reduce with **MAX** of the flags before the optimizer step:
+#   any rank bad → every rank skips (or rolls back) together. Megatron-LM and
+#   DeepSpeed do exactly this with their found-inf / overflow flag; nanlab's guard
+#   does it for non-finite steps and spikes.
+#
+# Your progress:
+
+# %%
+from nanlab.course import show_progress
+
+show_progress();

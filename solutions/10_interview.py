@@ -1,0 +1,438 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] tags=["solution-only"]
+# **Source notebook (solution version).** This pair, `solutions/10_interview.py` and
+# `solutions/10_interview.ipynb`, is the single source of `labs/10_interview.ipynb`, answers
+# filled in. Edit either file (in JupyterLab the other follows on save), then run
+# `nanlab course execute solutions/10_interview.py` (syncs the pair, stores the outputs
+# the tests compare) and `nanlab course build` (writes the learner's version).
+
+# %% [markdown]
+# # Lab 10 · Interview practice (面试): say it in order, with your own numbers
+#
+# "Your loss suddenly became NaN. What do you do?" (Loss 突然变成 NaN，你怎么办？)
+# is a standard question for LLM-training roles. Knowing the fixes is half of the
+# answer. The other half is saying it **in order**, **at the depth your level is
+# expected to show**, and **with numbers from a run you actually debugged**. In
+# this lab:
+#
+# 1. **the structure** of a good answer (claim I1);
+# 2. **three levels**: what a new graduate, an experienced engineer and a senior
+#    engineer are each expected to show, and the typical mistake of each (I2);
+# 3. **the rubric**: how a written answer is scored, and why a list of keywords
+#    scores nothing;
+# 4. **practice questions and a mock interview** with follow-ups aimed at what your
+#    answer left out (I3);
+# 5. **your own incident**: you break a run, diagnose it, and write its STAR story
+#    (Situation, Task, Action, Result) from the run's real numbers (I4);
+# 6. **the cheat sheet** for the night before.
+#
+# CPU only, about 40 minutes. Labs 00 to 02 show the tools used here. Cells marked
+# `# YOUR CODE HERE` are yours; the cell after each one checks it.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import math
+
+from IPython.display import Markdown, display
+
+from nanlab import interview
+from nanlab.course import check, hint, start_lab
+from nanlab.debug import diagnose
+from nanlab.faults import run_fault
+from nanlab.interview import (
+    MockInterview,
+    MockInterviewWidget,
+    bank_counts,
+    cheat_sheet,
+    frameworks_markdown,
+    free_text,
+    get_question,
+    grad_norm_jump,
+    star_story,
+)
+from nanlab.record import RunRecord
+from nanlab.viz import plot_compare
+
+start_lab("10_interview")
+
+# %% [markdown]
+# ## 1. The shape of a good answer (I1)
+# Interviewers hear many answers that start and end with "gradient explosion"
+# (梯度爆炸). A strong answer walks the same five beats every time:
+#
+# 1. **Name it**: a numerical instability (数值不稳定): somewhere a value overflowed
+#    to inf, or a 0 / 0 happened, and NaN spread from there.
+# 2. **Stop and locate**: stop the run (止损), keep the evidence, find the **first**
+#    non-finite step, roll back (回滚) to the last good checkpoint (检查点).
+# 3. **Diagnose in order**, cheapest first, one change at a time: data -> AMP off ->
+#    LR / 10 -> grad norms -> init / eps (排查顺序), each with the evidence it gave.
+# 4. **Fix and prove it**: the root-cause fix, not only a workaround; the same seed
+#    passes the old failure step and matches the clean run's loss; *how many
+#    batches* you ran to be sure it did not come back.
+# 5. **Prevent**: what now catches it automatically (data assertions, a guard, a
+#    spike detector, dashboards).
+#
+# ## 2. Three levels, three answers (I2)
+# The same question is asked of a new graduate (校招), an experienced engineer
+# (社招) and a senior engineer or architect (资深). The depth expected differs, and
+# so does the typical mistake.
+
+# %%
+display(Markdown(frameworks_markdown()))
+
+# %%
+from nanlab.course import MultipleChoice
+
+MultipleChoice(
+    "10-level-mistake",
+    "An experienced-hire candidate (社招) answers: 'We had NaNs once; I lowered the "
+    "learning rate and it worked.' What is the main problem with this answer?",
+    ["No numbers and no evidence: which step, which model, what proved the cause, "
+     "what the loss was afterwards",
+     "Lowering the learning rate never fixes a NaN",
+     "It should have started with the definition of NaN in IEEE 754",
+     "Nothing: a short answer is best"],
+    answers=0,
+    explanation="The experienced level is judged on one real case told with its "
+    "numbers and evidence. 'Lowered the LR and it worked' is a workaround with no "
+    "root cause, and no way to tell whether it even was the cause.",
+    hints=["What does the framework table say is the typical mistake of that level?"],
+    lab="10_interview",
+)
+
+# %% [markdown]
+# ## 3. The question bank and the rubric (I3)
+# The course ships a bank of interview questions as data (`nanlab/interview/questions.json`,
+# easy for an instructor to extend). Each has a model answer with the Chinese key
+# terms beside the English ones, the key points a good answer must contain (its
+# **rubric**), the common mistakes, and follow-up questions.
+
+# %% tags=["nbval-check-output"]
+counts = bank_counts()
+print("questions:", sum(counts["level"].values()))
+print("by level:", counts["level"])
+print("by topic:", counts["topic"])
+
+# %% [markdown]
+# A written answer is scored against the key points, in English or Chinese, with
+# synonyms. One rule matters for how you practise: **a key point counts only when it
+# is explained**, with about three words of its own in the same sentence. A bare
+# list of keywords scores nothing, however many it names. Here are five answers to
+# the same question:
+
+# %% tags=["nbval-check-output"]
+q = get_question("first-thing")
+print(q.question, "/", q.question_zh, "\n")
+answers = {
+    "model answer": q.answer,
+    "four points": (
+        "The first thing I do is stop the run so it does not keep training on "
+        "garbage, and I save the logs and a snapshot of the weights as evidence. "
+        "Next I look through the loss log to find the first step where the loss went "
+        "non-finite. Then I roll back to the last good checkpoint before that step "
+        "and restart with the learning rate divided by 10 to see if it comes back."),
+    "keyword list": "stop, logs, first NaN step, checkpoint, rollback, LR / 10, AMP",
+    "off-topic": "I would buy more GPUs and train a bigger model for longer.",
+    "Chinese": (
+        "首先停止训练，避免继续在错误的权重上浪费算力，并保存日志和模型快照作为证据。"
+        "然后回滚到最后一个正常的检查点，用降低10倍的学习率重新启动，观察NaN是否复现。"),
+}
+for label, text in answers.items():
+    result = q.score(text)
+    print(f"{label:13} score {result.score:4.0%}  covered: {result.present}")
+
+# %% [markdown]
+# The rubric is a practice aid with stated limits (it does not understand negation,
+# and it cannot tell a right number from a wrong one unless the key point lists
+# only the right one). It is strict on one thing on purpose: it rewards
+# explanations, because that is what an interviewer rewards.
+#
+# ## 4. Practice: three questions from the bank
+# Write each answer in full sentences, then press **Check**. **Hint** shows the key
+# points one at a time. The last two are the follow-ups the source article quotes:
+# "how many batches did you use to confirm it did not recur?" and "how do you
+# handle FP16 gradient underflow and overflow?"
+
+# %%
+free_text("first-thing", lab="10_interview")
+
+# %%
+free_text("confirm-no-recur", lab="10_interview")
+
+# %%
+free_text("fp16-under-over", lab="10_interview")
+
+# %% [markdown]
+# ## 5. A mock interview
+# The mock interview asks a question, scores your answer, and then, as a real
+# interviewer does, **follows up on what you left out**: the follow-up is chosen
+# from the key points your answer missed. After the last question it shows a summary
+# with your weakest topics and what to practise next. Change `level` to
+# `"new_grad"` or `"senior"`, or `seed` for other questions.
+
+# %%
+MockInterviewWidget(level="experienced", seed=4, n_questions=3, lab="10_interview")
+
+# %% [markdown]
+# What decides the follow-up? Here is the same machinery driven from code: an answer
+# to "what do you do first?" that says everything except restarting at a lower
+# learning rate. The follow-up probes exactly that gap.
+
+# %% tags=["nbval-check-output"]
+no_lr_answer = (
+    "The first thing I do is stop the run so it does not keep training on garbage, and "
+    "I save the logs and a snapshot of the weights as evidence. I don't start changing "
+    "hyperparameters blindly. Next I look through the loss log to find the first step "
+    "where the loss went non-finite. Then I roll back to the last good checkpoint "
+    "before that step. If it still appears, I turn AMP off and rerun, then go through "
+    "the rest one at a time.")
+mock = MockInterview(ids=["first-thing", "nan-vs-oom"])
+reply = mock.answer(no_lr_answer)
+print(f"score {reply.result.score:.0%}, missing: {reply.result.missing}")
+print("follow-up:", reply.is_follow_up, "->", reply.next_question.id)
+print(reply.next_question.question)
+
+# %% [markdown]
+# ## 6. Your own incident, told as STAR (I4)
+# The experienced level's answer is one real incident, told as **STAR**: Situation
+# (情境), Task (任务), Action (行动), Result (结果), with numbers. "A toy model" is a
+# fine Situation if the numbers are real and you can defend every one of them, so we
+# make an incident now.
+#
+# ### 6a. Break a run
+# One NaN reading arrives in one batch (`nan_input`, the dirty-data fault of Lab 02).
+# Checkpoints every 10 steps; the run stops itself once a non-finite update reached
+# the weights. Want a different story? Try `"zero_std"`, `"all_masked"` or
+# `"tiny_eps"` (a few seconds each); `"high_lr"` runs in fp16 and is slow on a CPU.
+
+# %%
+FAULT = "nan_input"
+bad = run_fault(FAULT, checkpoint_every=10, stop_when_poisoned=True, progress=True)
+clean = run_fault(None, progress=True)  # the clean baseline: same seed, same length
+
+# %% tags=["nbval-check-output"]
+print("fault:", bad.fault, bad.params)
+print("first bad step:", bad.first_bad_step)
+print("steps run before the stop:", len(bad.record.steps))
+
+# %% [markdown]
+# ### 6b. Diagnose it with the SOP
+# `diagnose` runs the SOP in order, each step a controlled replay, and proves the
+# fix it proposes (Lab 02 and the SOP lab show how each step works).
+
+# %%
+d = diagnose(bad)
+print(d.report())
+
+# %% tags=["nbval-check-output"]
+print("symptom:", d.symptom, "at step", d.symptom_step)
+print("root cause:", d.cause)
+print("fix:", d.fix, "| proven:", d.fix_verified)
+
+
+# %% [markdown]
+# ### 6c. The numbers an interviewer asks for
+# "What did the gradient norm do before the NaN?" is a favourite follow-up: a slow
+# climb over orders of magnitude says *explosion* (梯度爆炸); a flat norm followed by
+# a sudden NaN says *something arrived at that step*, such as a bad batch.
+#
+# **Exercise 1 · `grad_jump`.** From a run record, return `(low_step, high_step,
+# decades)` for the `window` steps before `step` (steps `step - window` to
+# `step - 1`): among the finite, positive global grad norms (`row["grad_norm"]` of
+# `record.steps`) find the smallest (`low`, at `low_step`), then the largest at or
+# after `low_step` (`high`, at `high_step`); `decades = log10(high / low)`, the
+# orders of magnitude it grew. On ties, take the earliest step.
+
+# %%
+def grad_jump(record, step, window=20):
+    """(low_step, high_step, decades) of the global grad norm before `step`."""
+    ### BEGIN SOLUTION
+    norms = {r["step"]: r.get("grad_norm") for r in record.steps}
+    points = []
+    for s in range(max(0, step - window), step):
+        g = norms.get(s)
+        if g is not None and math.isfinite(g) and g > 0:
+            points.append((s, g))
+    low_step, low = min(points, key=lambda p: p[1])
+    high_step, high = max((p for p in points if p[0] >= low_step), key=lambda p: p[1])
+    return low_step, high_step, math.log10(high / low)
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+# a made-up explosion: flat at 1.0 for 10 steps, then x10 every 4 steps, then inf
+exploding = RunRecord()
+norms = [1.0] * 10 + [10 ** (k / 4) for k in range(1, 17)] + [math.inf]
+for s, g in enumerate(norms):
+    exploding.log_step({"step": s, "loss": 1.0, "grad_norm": g, "finite": math.isfinite(g)})
+CASES = [(bad.record, bad.first_bad_step, 20), (exploding, 26, 20), (exploding, 26, 5)]
+
+
+def judge_jump(got):
+    for (record, step, window), mine in zip(CASES, got):
+        want = grad_norm_jump(record, step, window)
+        expected = (want["low_step"], want["high_step"], want["decades"])
+        if not isinstance(mine, tuple) or len(mine) != 3:
+            return f"return a tuple (low_step, high_step, decades); got {mine!r}"
+        if mine[:2] != expected[:2] or not math.isclose(mine[2], expected[2],
+                                                         rel_tol=1e-6, abs_tol=1e-9):
+            return f"step {step}, window {window}: got {mine}, expected {expected}"
+    return None
+
+
+check("grad_jump", lambda: [grad_jump(r, s, w) for r, s, w in CASES], test=judge_jump,
+      hints=["Build {step: grad_norm} from record.steps, then keep the steps in "
+             "range(step - window, step) whose norm is finite and > 0.",
+             "min(points, key=...) gives the earliest of equal values; then max over "
+             "the points with p[0] >= low_step.",
+             "decades = math.log10(high / low)"])
+
+# %% [markdown]
+# The package has the same function, `grad_norm_jump`; the story below uses it. What
+# did the grad norm do before your failure?
+
+# %%
+jump = grad_norm_jump(bad.record, bad.first_bad_step)
+if jump is None:
+    print("no grad-norm history: the run failed on its first steps")
+else:
+    print(f"before step {jump['step']}: {jump['decades']:.1f} orders of magnitude, "
+          f"{jump['low']:.3g} at step {jump['low_step']} -> {jump['high']:.3g} at step "
+          f"{jump['high_step']}; at step {jump['step']}: {jump['at_step']}")
+
+# %% [markdown]
+# ### 6d. The fix, run with the same seed, against the clean baseline
+
+# %%
+fixed = run_fault(FAULT, fixes=[d.fix], progress=True)
+plot_compare({"clean": clean.record, f"{FAULT}": bad.record,
+              f"{FAULT} + {d.fix}": fixed.record});
+
+# %% [markdown]
+# ### 6e. Your STAR story
+# `star_story` gathers every number (the model's size, the first bad step, the
+# grad-norm jump, where `locate` found the first non-finite value, what each SOP
+# step ruled out, the loss of the fixed and the clean run at the same step, the
+# batches run after the fix) and writes them into the four parts. Read it aloud: it
+# should take about a minute.
+
+# %%
+story = star_story(bad, d, clean=clean, fixed=fixed)
+display(Markdown(story.markdown()))
+path = story.save("runs/my_star_story.md")  # Markdown, to keep or paste elsewhere
+print("saved to", path)
+
+# %% tags=["nbval-check-output"]
+facts = story.facts
+print("parameters:", f"{facts['model']['num_params']:,}")
+print("first bad step:", facts["symptom_step"], "| rolled back to:", facts["rollback_step"])
+print("located in:", facts["location"]["pass"], "pass,", facts["location"]["tensor"])
+print("fix:", facts["fix"], "| batches after the failure step:", facts["batches_after_fix"])
+
+
+# %% [markdown]
+# **Exercise 2 · the Result sentence.** The sentence interviewers remember is the
+# quantified result. Write `result_sentence(facts)` that returns **one sentence**
+# (at least 15 words) with: the fix (`facts["fix"]`), the step where the run had
+# failed (`facts["symptom_step"]`), the loss at that step with the fix and in the
+# clean run (`facts["loss_fixed_at_step"]`, `facts["loss_clean_at_step"]`, each
+# written with 3 significant digits: `f"{x:.3g}"`), and how many batches ran after
+# it with no recurrence (`facts["batches_after_fix"]`).
+
+# %%
+def result_sentence(facts):
+    """The quantified Result sentence of a STAR story, from its facts."""
+    ### BEGIN SOLUTION
+    return (f"With {facts['fix']} and the same seed, the run passed step "
+            f"{facts['symptom_step']} with a loss of {facts['loss_fixed_at_step']:.3g} "
+            f"against {facts['loss_clean_at_step']:.3g} in the clean run, and "
+            f"{facts['batches_after_fix']} more batches ran without a NaN.")
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+other = dict(facts, fix="bf16", symptom_step=1234, loss_fixed_at_step=0.43219,
+             loss_clean_at_step=0.42987, batches_after_fix=766)
+
+
+def judge_sentence(sentences):
+    for f, text in zip((facts, other), sentences):
+        if not isinstance(text, str):
+            return f"return a string; got {type(text).__name__}"
+        needed = {"the fix": f["fix"], "the failure step": str(f["symptom_step"]),
+                  "the fixed run's loss": f"{f['loss_fixed_at_step']:.3g}",
+                  "the clean run's loss": f"{f['loss_clean_at_step']:.3g}",
+                  "the batches after it": str(f["batches_after_fix"])}
+        for what, value in needed.items():
+            if value not in text:
+                return f"{what} ({value}) is not in: {text!r}"
+        if len(text.split()) < 15:
+            return f"a full sentence please (15 words or more): {text!r}"
+    return None
+
+
+check("result_sentence", lambda: [result_sentence(facts), result_sentence(other)],
+      test=judge_sentence,
+      hints=["An f-string with five fields: fix, step, two losses, batches.",
+             "Format a loss with f\"{x:.3g}\": 0.43219 becomes 0.432."])
+
+# %% [markdown]
+# Now say it in your own words. The bank's question "Tell me about a NaN or
+# loss-spike incident you debugged" has a rubric for exactly this: a concrete
+# model and scale, the step and the symptom, actions in order with evidence, a
+# result with numbers, and the prevention you added. Paste or retell your story:
+
+# %%
+free_text("star-story", lab="10_interview")
+
+# %% [markdown]
+# Two things to be ready for when you tell it:
+#
+# - **"How many batches did you run to confirm it did not recur?"** Your story has
+#   the number. On a real run, run several times the gap between incidents (if the
+#   NaN came every ~2,000 steps, 500 clean steps prove little).
+# - **"Why is that the root cause and not a coincidence?"** Your Action part has
+#   the controlled replays: same seed, one change at a time, and the step that
+#   explained the failure.
+#
+# ## 7. The night before: the one-page cheat sheet
+
+# %%
+display(Markdown(cheat_sheet()))
+
+# %% [markdown]
+# ## Summary
+# - Answer in five beats: name it, stop and locate, diagnose in order with evidence,
+#   fix and prove it with numbers, prevent.
+# - Match the level: principles and the standard order (校招); one real case with
+#   numbers (社招); the system that prevents, detects and recovers (资深).
+# - Explain each point in a sentence; a list of keywords convinces neither the
+#   rubric nor an interviewer.
+# - Expect follow-ups on what you left out: how many batches confirmed the fix,
+#   FP16 underflow and overflow, why AMP off is a hint and not proof.
+# - Your STAR story comes from your own run: its model size, the first bad step,
+#   the grad-norm jump, where the NaN was made, what was ruled out, the fix, the
+#   loss against the clean run, and the batches that proved it. It is saved in
+#   `runs/my_star_story.md`.
+#
+# Your progress:
+
+# %%
+from nanlab.course import show_progress
+
+show_progress();

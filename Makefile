@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install nanlab with everything the labs and tests need
 
-labs: setup  ## after editing solutions/: run them (store the checked outputs), regenerate labs/
+labs: setup  ## after editing solutions/: sync each .py/.ipynb pair, run it (store the checked outputs), regenerate labs/
 	$(BIN)/python -m nanlab course execute
 	$(BIN)/python -m nanlab course build
 
@@ -25,7 +25,7 @@ lab: setup  ## open the student labs in JupyterLab
 lint: setup
 	$(BIN)/ruff check .
 
-test: setup  ## ruff, the notebook sync check, unit tests and every notebook under nbval
+test: setup  ## ruff (notebook sources too), the notebook sync checks, unit tests and every notebook under nbval
 	$(BIN)/ruff check .
 	$(BIN)/python -m nanlab course check
 	NANLAB_PROGRESS=$$(mktemp -d)/progress.json OMP_NUM_THREADS=1 \

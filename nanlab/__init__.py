@@ -9,14 +9,18 @@ The library, the modules the labs import most at the top:
 
 - ``nanlab.model``       the toy decoder-only Transformer (attention written out by hand)
 - ``nanlab.data``        the synthetic task: batches are a pure function of (seed, step)
+- ``nanlab.config``      ``TrainConfig``: everything that decides a run, the reason beside each knob
 - ``nanlab.train``       a model-agnostic trainer with callbacks, AMP, checkpoints, exact replay
 - ``nanlab.record``      the run record: per-step and per-layer statistics, JSON Lines, manifest
 - ``nanlab.checkpoint``  atomic checkpoints loadable with ``torch.load(weights_only=True)``
+- ``nanlab.atomic``      one atomic writer (temp file, fsync, rename) for every file nanlab writes
 - ``nanlab.batches``     one walker over nested batches (tuples, dicts, dataclasses of tensors)
 - ``nanlab.signals``     reading a loss curve: spikes, recovery, stalls
+- ``nanlab.judge``       one judge of a run: healthy, or spike / stall / diverge / nonfinite / error
 - ``nanlab.errors``      errors that say what was wrong, the value, and what is allowed
 - ``nanlab.distributed`` data-parallel training on the CPU, every rank guarded alike
-- ``nanlab.cli``         the ``nanlab`` command line
+- ``nanlab.cli``         the ``nanlab`` command line, its exit codes
+- ``nanlab.cli_parse``   typed values for the command line: ``--config`` and ``--set``
 - ``nanlab.faults``      faults that fail by their real mechanism, their cures, the fault x fix
   matrix, mystery runs (``catalogue``, ``inject``, ``run``, ``fixes``, ``matrix``, ``mystery``)
 - ``nanlab.debug``       finding the cause: ``locate`` replays the first bad step, ``diagnose``
@@ -31,8 +35,9 @@ Built on the library:
 - ``nanlab.course``      notebooks from one source, exercise checks, practice widgets,
   progress, the claims map, the nbval plugin (``notebooks``, ``checks``, ``quiz``, ``rubric``,
   ``widgets``, ``progress``, ``claims``, ``pytest_plugin``)
-- ``nanlab.interview``   interview practice: question bank, frameworks, mock interview,
-  STAR story, cheat sheet
+- ``nanlab.interview``   interview practice: the question bank, answer frameworks, mock
+  interview, STAR story, cheat sheet (``bank``, ``frameworks``, ``mock``, ``widgets``, ``star``,
+  ``cheatsheet``)
 
 Quick start in a notebook::
 

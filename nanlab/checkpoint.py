@@ -2,9 +2,9 @@
 
 Atomic means a crash mid-write never leaves a half checkpoint behind: the state goes
 to a temporary file in the same folder, which is then renamed over the final name
-(``os.replace`` is atomic on POSIX and Windows). ``weights_only=True`` means loading
-a checkpoint cannot run code hidden in it, so only tensors and plain Python values
-(dicts, lists, numbers, strings) go in.
+(``os.replace`` is atomic on POSIX and Windows; :mod:`nanlab.atomic` does it).
+``weights_only=True`` means loading a checkpoint cannot run code hidden in it, so only
+tensors and plain Python values (dicts, lists, numbers, strings) go in.
 
 Without a folder, checkpoints are kept in memory as the bytes ``torch.save`` writes,
 so the notebook path and the disk path share one format.
@@ -18,17 +18,16 @@ tensor([1., 1.])
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
+from nanlab.atomic import atomic_torch_save
 from nanlab.errors import NanlabError
 
 
 def atomic_save(obj, path: str | Path) -> None:
-    """torch.save to ``path`` through a temp file and a rename.
+    """torch.save to ``path`` through a temp file and a rename (:mod:`nanlab.atomic`).
 
     A crash in the middle of a save leaves the old file (or none), never half a file.
 
@@ -37,18 +36,7 @@ def atomic_save(obj, path: str | Path) -> None:
     >>> safe_load("ckpt/ckpt_000000.pt")["w"]
     tensor([1., 1.])
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_torch_save(obj, path)
 
 
 def safe_load(source: str | Path | bytes) -> dict:

@@ -1,10 +1,15 @@
 """The ``nanlab`` command line: quick checks and instructor tools without Jupyter.
 
     nanlab run --steps 200 --precision fp16 --json
+    nanlab run --fault nan_input --set at_step=20 --guard recover --lr 1e-3
     nanlab course build
 
 Errors in the user's input are printed as one line (what was wrong, the value, what is
-allowed) and exit with status 2, without a traceback.
+allowed) and exit with status 2, without a traceback. ``nanlab run`` ends with an exit
+code a script can act on (``EXIT_CODES``): named, fixed numbers, in the way Megatron-LM's
+rerun state machine (``megatron/core/rerun_state_machine.py``) tells its job scheduler
+what to do with ``EXIT_CODE_RESUME_TO_DISAMBIGUATE = 16`` and
+``EXIT_CODE_FAILED_ON_RESULT_VALIDATION = 17``.
 """
 
 from __future__ import annotations
@@ -13,10 +18,49 @@ import argparse
 import json
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from nanlab.errors import NanlabError
+from nanlab.cli_parse import SEED_MAX, parse_config, parse_fault_params, parse_value
+from nanlab.errors import NanlabError, check_range
+
+# -- exit codes: an interface, so the numbers never change ------------------------------------
+EXIT_CODE_OK: int = 0  # healthy; or every non-finite step was handled by the guard ("guarded")
+EXIT_CODE_BAD_INPUT: int = 2  # a bad value or usage error (argparse's too): nothing ran
+EXIT_CODE_NONFINITE: int = 3  # a non-finite update reached the weights and nothing guarded it
+EXIT_CODE_CRASHED: int = 4  # an exception inside training, recorded as an "error" event
+EXIT_CODE_GUARD_GAVE_UP: int = 5  # --guard recover ran out of rollbacks ("give_up" event)
+EXIT_CODE_GUARD_STOPPED: int = 6  # the guard's stop-loss ended the run on a bad step
+EXIT_CODE_INTERRUPTED: int = 130  # Ctrl-C (128 + SIGINT, the shell's convention)
+EXIT_CODES = {"healthy": EXIT_CODE_OK, "guarded": EXIT_CODE_OK,
+              "bad_input": EXIT_CODE_BAD_INPUT, "nonfinite": EXIT_CODE_NONFINITE,
+              "crashed": EXIT_CODE_CRASHED, "guard_gave_up": EXIT_CODE_GUARD_GAVE_UP,
+              "guard_stopped": EXIT_CODE_GUARD_STOPPED, "interrupted": EXIT_CODE_INTERRUPTED}
+EXIT_HELP = """Exit codes (the outcome is in --json too):
+  0  healthy / guarded   finished; any non-finite step was skipped or rolled back
+  2  bad_input           a bad value or usage; nothing ran
+  3  nonfinite           a non-finite update reached the weights, unguarded
+  4  crashed             an exception inside training (an "error" event)
+  5  guard_gave_up       --guard recover ran out of rollbacks (a "give_up" event)
+  6  guard_stopped       the guard's stop-loss stopped the run on a bad step
+  130 interrupted        Ctrl-C"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with nanlab's errors: one line on stderr, exit status 2, no usage dump."""
+
+    def error(self, message):
+        self.exit(EXIT_CODE_BAD_INPUT, f"nanlab: error: {message} (see: {self.prog} --help)\n")
+
+
+class _ConfigFlag(argparse.Action):
+    """``--lr X`` is ``--config lr=X``: one typed parser, one order, one duplicate check."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = list(getattr(namespace, "config", None) or [])  # never the shared default
+        items.append(f"{self.const}={values}" if self.const else values)
+        namespace.config = items
 
 
 def _json_safe(value):
@@ -30,107 +74,277 @@ def _json_safe(value):
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    return value
-
-
-def _parse_sets(pairs: list[str]) -> dict:
-    """``--set key=value`` pairs: numbers become numbers, the rest stay strings."""
-    params = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or not key:
-            raise NanlabError(f"--set {pair!r} is not allowed; write --set name=value")
+def _int_arg(name: str, low: int, high: int | None = None):
+    """An argparse type: a strict integer within bounds, the error in nanlab's words."""
+    def parse(text: str) -> int:
         try:
-            value = int(text)
-        except ValueError:
-            try:
-                value = float(text)
-            except ValueError:
-                value = text
-        params[key] = value
-    return params
+            value = parse_value(name, text, int)
+            check_range(name, value, low, high, integer=True)
+        except NanlabError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return value
+    parse.__name__ = name
+    return parse
+
+
+# -- the run folder -------------------------------------------------------------------------
+def _prepare_out(text: str | None, flag: str = "--out") -> tuple[Path, list[Path]]:
+    """The run folder, checked and made before anything runs; and the folders made."""
+    if text is None:
+        base = Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
+        path, n = base, 1
+        while path.exists():
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+    elif not text.strip():
+        raise NanlabError(f"{flag} {text!r} is empty; allowed: a folder name, e.g. runs/r1")
+    else:
+        path = Path(text)
+    made: list[Path] = []
+    try:
+        if path.exists() and not path.is_dir():
+            raise NanlabError(f"{flag} {str(path)!r} is a file, not a folder; allowed: a new "
+                              "folder, or an empty one")
+        if path.is_dir() and any((path / n).exists() for n in
+                                 ("manifest.json", "steps.jsonl", "checkpoints")):
+            raise NanlabError(f"{flag} {str(path)!r} already holds a run (a second run there "
+                              "would mix two runs' records and checkpoints); allowed: a new "
+                              "folder, or an empty one")
+        made = [p for p in (path, *path.parents) if not p.exists()]
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()  # can we write in it?
+    except OSError as e:
+        _remove_empty(made)
+        raise NanlabError(f"{flag} {str(path)!r} cannot be written ({e.strerror or e}); "
+                          "allowed: a folder this user can create and write in") from None
+    return path, made
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders made for a run that never started (deepest first; only if empty)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+# -- the outcome of a run -------------------------------------------------------------------
+def run_outcome(run) -> tuple[str, int, str]:
+    """What a finished run's exit code is: ``(outcome, exit code, reason)``, read from its
+    record (a :class:`nanlab.faults.FaultRun` or a :class:`nanlab.record.RunRecord`).
+
+    In order: crashed (4), guard gave up (5), guard stopped (6), non-finite (3, as
+    :func:`nanlab.judge.judge` says: an update reached the weights, or the last steps were
+    all non-finite), guarded (0: every non-finite step skipped or rolled back), healthy (0).
+
+    >>> from nanlab.record import RunRecord
+    >>> rec = RunRecord()
+    >>> rec.log_step({"step": 0, "loss": 3.5, "finite": True, "skipped": False})
+    >>> run_outcome(rec)
+    ('healthy', 0, 'every step finite (1 step)')
+    >>> rec.log_step({"step": 1, "loss": float("nan"), "finite": False, "skipped": False})
+    >>> run_outcome(rec)
+    ('nonfinite', 3, 'non-finite at step 1')
+    """
+    from nanlab.judge import judge
+
+    record = getattr(run, "record", run)
+    events = record.events
+    crash = next((e for e in events if e["kind"] == "error"), None)
+    error = getattr(run, "error", None) or (crash or {}).get("error")
+    if error:
+        step = getattr(run, "error_step", None)
+        step = step if step is not None else (crash or {}).get("step")
+        return "crashed", EXIT_CODE_CRASHED, f"crashed at step {step}: {error}"
+    gave_up = [e for e in events if e["kind"] == "give_up"]
+    if gave_up:
+        return "guard_gave_up", EXIT_CODE_GUARD_GAVE_UP, str(gave_up[-1].get("reason"))
+    stops = [str(e.get("reason", "")) for e in events if e["kind"] == "stop"]
+    stops = [r.removeprefix("guard: ") for r in stops if r.startswith("guard:")]
+    if stops:
+        return "guard_stopped", EXIT_CODE_GUARD_STOPPED, f"stop-loss: {stops[-1]}"
+    if record.steps:
+        verdict = judge(run)
+        if verdict.kind == "nonfinite":
+            return "nonfinite", EXIT_CODE_NONFINITE, verdict.reason
+    bad = [r for r in record.steps if not r.get("finite", True)]
+    if bad:
+        return "guarded", EXIT_CODE_OK, (f"{len(bad)} non-finite step(s) from step "
+                                         f"{bad[0]['step']}, each skipped or rolled back")
+    n = len(record.steps)
+    return "healthy", EXIT_CODE_OK, f"every step finite ({n} step{'s' if n != 1 else ''})"
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def _summary(run, guard, asked) -> dict:
+    """What ran, read from the finished run: its trainer, manifest and record."""
+    record, trainer = run.record, run.trainer
+    config, rows = trainer.config, record.steps
+    outcome, code, reason = run_outcome(run)
+    before, after = _flat(asked.to_dict()), _flat(config.to_dict())
+    last = rows[-1] if rows else {}
+    final = last.get("loss")
+    fault = record.manifest.get("fault") or {}
+    return {
+        "outcome": outcome, "exit_code": code, "reason": reason,
+        "steps_run": trainer.step, "steps": config.steps, "steps_computed": len(rows),
+        "steps_discarded": len(rows) - trainer.step,
+        "rollbacks": sum(e["kind"] == "rollback" for e in record.events),
+        "final_loss": final if isinstance(final, float) and math.isfinite(final) else None,
+        "final_step": last.get("step"), "first_nonfinite_step": record.first_nonfinite_step,
+        "events": len(record.events), "run_dir": str(record.directory),
+        "fault": run.fault, "fault_params": fault.get("params", {}), "fixes": run.fixes,
+        "error": run.error, "error_step": run.error_step, "first_bad_step": run.first_bad_step,
+        "guard": guard.summary() if guard else None,
+        "guard_settings": record.manifest.get("guard"),
+        "stop_reason": record.manifest.get("stop_reason"),
+        "device": record.manifest.get("device"), "precision": config.precision,
+        "seed": config.seed, "changed_by_fault": {k: [before[k], v] for k, v in after.items()
+                                                  if before.get(k) != v},
+        "config": config.to_dict(),
+    }
+
+
+def _print_summary(s: dict) -> None:
+    c = s["config"]
+    print(f"ran {s['steps_run']} of {s['steps']} steps on {s['device']}: precision "
+          f"{s['precision']}, seed {s['seed']}, {c['optimizer']} lr {c['lr']:g}, warmup "
+          f"{c['warmup_steps']}, checkpoint every {c['checkpoint_every']}")
+    if s["steps_discarded"]:
+        print(f"  {s['steps_computed']} steps computed, {s['steps_discarded']} discarded by "
+              f"{s['rollbacks']} rollback{'s' if s['rollbacks'] != 1 else ''}")
+    if s["fault"]:
+        params = ", ".join(f"{k}={v!r}" for k, v in s["fault_params"].items()) or "no parameters"
+        print(f"fault: {s['fault']} ({params}); fixes: {', '.join(s['fixes']) or 'none'}")
+    if s["changed_by_fault"]:
+        changes = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in s["changed_by_fault"].items())
+        print(f"  changed by the fault{' and fixes' if s['fixes'] else ''}: {changes}")
+    final = "nan or inf" if s["final_loss"] is None else f"{s['final_loss']:.6g}"
+    print(f"final loss: {final} (step {s['final_step']})")
+    bad = s["first_nonfinite_step"]
+    print(f"first non-finite step: {bad if bad is not None else 'none'}")
+    if s["error"]:
+        print(f"crashed at step {s['error_step']}: {s['error']}")
+    if s["guard"]:
+        g, mode = s["guard"], s["guard_settings"] or {}
+        spike = f", spike {mode['spike']}" if mode.get("spike") else ""
+        print(f"guard {mode.get('mode')}{spike}: {g['nonfinite']} non-finite, {g['spike']} "
+              f"spike(s), {g['skip']} skipped, {g['rollback']} rollback"
+              f"{'s' if g['rollback'] != 1 else ''}, {g['stop']} stop(s), "
+              f"{g['transient']} transient; evidence kept: {g['evidence']}")
+    if s["stop_reason"]:
+        print(f"stopped: {s['stop_reason']}")
+    print(f"outcome: {s['outcome']} (exit {s['exit_code']}): {s['reason']}")
+    print(f"run directory: {s['run_dir']}")
+
+
+def _make_guard(args, config):
+    if not (args.guard or args.spike):
+        for flag, given in (("--rerun", args.rerun), ("--max-rollbacks", args.max_rollbacks)):
+            if given not in (None, False):
+                raise NanlabError(f"{flag} is not allowed without a guard; allowed: --guard "
+                                  f"stop|skip|recover (or --spike skip|recover) with {flag}")
+        return None
+    from nanlab.guard import Guard
+
+    extra = {} if args.max_rollbacks is None else {"max_rollbacks": args.max_rollbacks}
+    guard = Guard(args.guard or "skip", spike=args.spike, rerun=args.rerun, **extra)
+    if "recover" in (guard.mode, guard.spike) and not config.checkpoint_every:
+        raise NanlabError("checkpoint_every=0 is not allowed with a recovering guard (it rolls "
+                          "back to checkpoints); allowed: --checkpoint-every N > 0, or --guard "
+                          "stop|skip")
+    if args.max_rollbacks is not None and "recover" not in (guard.mode, guard.spike):
+        raise NanlabError("--max-rollbacks is not allowed without recovery; allowed: --guard "
+                          "recover or --spike recover")
+    return guard
 
 
 def cmd_run(args) -> int:
-    """``nanlab run``: train the built-in run (with a fault, a guard) and summarise it.
+    """``nanlab run``: train the built-in run (with a fault, fixes, a guard), summarise what
+    ran, and return its exit code (``EXIT_CODES``).
 
     Example::
 
-        nanlab run --steps 200 --precision bf16 --json
+        nanlab run --steps 200 --precision bf16 --lr 1e-3 --json
         nanlab run --fault nan_input --set at_step=20 --guard recover
+        nanlab run --config model.n_layer=4 --config grad_scaler=yes --precision fp16
 
     >>> main(["run", "--steps", "20", "--json"])  # doctest: +SKIP
-    {"steps_run": 20, "final_loss": ..., "first_nonfinite_step": null, ...}
+    {"outcome": "healthy", "exit_code": 0, ..., "steps_run": 20, ...}
     0
     """
-    from nanlab.faults import run_fault
+    from nanlab.faults import fault_config, get_fix, run_fault
     from nanlab.train import TrainConfig
 
-    out = args.out or str(Path("runs") / time.strftime("run-%Y%m%d-%H%M%S"))
-    params = _parse_sets(args.set)
-    if params and not args.fault:
-        raise NanlabError("--set needs --fault NAME (the parameters belong to a fault)")
-    config = TrainConfig(steps=args.steps, seed=args.seed, device=args.device,
-                         precision=args.precision, out_dir=out, progress=not args.json)
-    callbacks, guard = [], None
-    if args.guard or args.spike:
-        from nanlab.guard import Guard
-
-        guard = Guard(args.guard or "skip", spike=args.spike, rerun=args.rerun)
-        callbacks = guard.callbacks()
-    run = run_fault(args.fault, base=config, callbacks=callbacks, **params)
-    record = run.record
-    summary = {**record.summary(), "fault": args.fault, "error": run.error,
-               "first_bad_step": run.first_bad_step,
-               "guard": guard.summary() if guard else None,
-               "stop_reason": record.manifest.get("stop_reason")}
+    changes = parse_config(args.config)
+    params = parse_fault_params(args.fault, args.set)
+    fixes = [get_fix(name).name for name in args.fix]
+    asked = TrainConfig().replace(progress=not args.json, **changes)
+    guard = _make_guard(args, fault_config(args.fault, asked, **params))
+    out, made = _prepare_out(args.out)
+    asked = asked.replace(out_dir=str(out))
+    try:
+        run = run_fault(args.fault, fixes=fixes, base=asked,
+                        callbacks=guard.callbacks() if guard else (), **params)
+    except NanlabError:
+        _remove_empty(made)  # a run that never started leaves no folder behind
+        raise
+    summary = _summary(run, guard, asked)
     if args.json:
         print(json.dumps(_json_safe(summary)))
     else:
-        bad = summary["first_nonfinite_step"]
-        print(f"ran {summary['steps_run']} steps on {record.manifest['device']}, "
-              f"precision {config.precision}, seed {config.seed}")
-        print(f"final loss: {summary['final_loss']}")
-        print(f"first non-finite step: {bad if bad is not None else 'none'}")
-        if run.error:
-            print(f"crashed at step {run.error_step}: {run.error}")
-        if guard:
-            print(f"guard: {guard.summary()}")
-        if summary["stop_reason"]:
-            print(f"stopped: {summary['stop_reason']}")
-        print(f"run directory: {summary['run_dir']}")
-    return 0
+        _print_summary(summary)
+    return summary["exit_code"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``nanlab`` argument parser: one sub-command per tool.
+    """The ``nanlab`` argument parser: one sub-command per tool. ``--steps``, ``--lr`` and
+    the other training flags are ``--config KEY=VALUE`` under another name.
 
-    >>> args = build_parser().parse_args(["run", "--fault", "nan_input", "--set", "at_step=20"])
-    >>> args.command, args.fault, args.set, args.steps
-    ('run', 'nan_input', ['at_step=20'], 200)
+    >>> args = build_parser().parse_args(["run", "--fault", "nan_input", "--set", "at_step=20",
+    ...                                   "--lr", "1e-3", "--config", "model.n_layer=4"])
+    >>> args.command, args.fault, args.set, args.config
+    ('run', 'nan_input', ['at_step=20'], ['lr=1e-3', 'model.n_layer=4'])
     """
-    parser = argparse.ArgumentParser(prog="nanlab", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="nanlab", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="train the default run and summarise it")
-    run.add_argument("--steps", type=_positive_int, default=200)
-    run.add_argument("--seed", type=_positive_int, default=0)
-    run.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    run.add_argument("--precision", default="fp32", help="fp32 | fp16 | bf16 | fp16-pure")
+    run = sub.add_parser("run", help="train the default run and summarise it", epilog=EXIT_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--config", action=_ConfigFlag, default=[], metavar="KEY=VALUE",
+                     help="a training setting (a TrainConfig field), typed by the field: "
+                          "lr=1e-3, grad_scaler=yes, model.n_layer=4 (repeatable)")
+    for flag, key, text in (("--steps", "steps", "steps to train (200)"),
+                            ("--seed", "seed", "seed (0)"),
+                            ("--device", "device", "auto | cpu | cuda | cuda:N"),
+                            ("--precision", "precision", "fp32 | fp16 | bf16 | fp16-pure"),
+                            ("--lr", "lr", "peak learning rate (5e-3)"),
+                            ("--optimizer", "optimizer", "adamw | sgd"),
+                            ("--warmup-steps", "warmup_steps", "linear warmup steps (20)"),
+                            ("--checkpoint-every", "checkpoint_every",
+                             "steps between checkpoints; 0 = none (50)")):
+        run.add_argument(flag, action=_ConfigFlag, const=key, default=argparse.SUPPRESS,
+                         metavar=key.upper(), help=f"{text}; = --config {key}=...")
     run.add_argument("--out", default=None, help="run directory (default runs/run-<time>)")
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument("--fault", default=None, help="inject a fault (see: nanlab faults)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="a fault parameter, e.g. --set at_step=20 (repeatable)")
+    run.add_argument("--fix", action="append", default=[], metavar="NAME",
+                     help="apply a fix (nanlab.faults.fixes), e.g. --fix lr_div10 (repeatable)")
     run.add_argument("--guard", default=None, help="stop | skip | recover (nanlab.guard)")
-    run.add_argument("--spike", default=None, help="act on loss spikes too: skip | recover")
+    run.add_argument("--spike", default=None, help="act on loss spikes too: stop | skip | recover")
     run.add_argument("--rerun", action="store_true",
                      help="re-run a failed step once: transient or persistent?")
+    run.add_argument("--max-rollbacks", type=_int_arg("max_rollbacks", 0), default=None,
+                     help="recover: give up after this many rollbacks (3)")
     run.set_defaults(func=cmd_run)
 
     faults = sub.add_parser("faults", help="list the built-in faults")
@@ -141,9 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     matrix = sub.add_parser("matrix", help="measure every fault against every fix")
     matrix.add_argument("--faults", nargs="*", default=None)
     matrix.add_argument("--fixes", nargs="*", default=None)
-    matrix.add_argument("--steps", type=_positive_int, default=200)
-    matrix.add_argument("--seed", type=_positive_int, default=0)
-    matrix.add_argument("--workers", type=_positive_int, default=None)
+    matrix.add_argument("--steps", type=_int_arg("steps", 1), default=200)
+    matrix.add_argument("--seed", type=_int_arg("seed", 0, SEED_MAX), default=0)
+    matrix.add_argument("--workers", type=_int_arg("workers", 1), default=None)
     matrix.add_argument("--json", action="store_true")
     matrix.set_defaults(func=cmd_matrix)
 
@@ -154,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     loc = sub.add_parser("locate", help="replay a saved run's first bad step, name the op")
     loc.add_argument("run_dir")
-    loc.add_argument("--step", type=_positive_int, default=None)
+    loc.add_argument("--step", type=_int_arg("step", 0), default=None)
     loc.add_argument("--json", action="store_true")
     loc.set_defaults(func=cmd_locate)
 
@@ -162,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     mys.add_argument("action", choices=("make", "reveal", "grade"))
     mys.add_argument("run_dir", help="the mystery's run folder")
     mys.add_argument("answer", nargs="?", default="", help="grade: a fault or SOP step")
-    mys.add_argument("--seed", type=_positive_int, default=0, help="make: which mystery")
+    mys.add_argument("--seed", type=_int_arg("seed", 0, SEED_MAX), default=0,
+                     help="make: which mystery")
     mys.set_defaults(func=cmd_mystery)
 
     from nanlab.course import notebooks as course
@@ -196,12 +411,20 @@ def cmd_mystery(args) -> int:
         nanlab mystery grade runs/mystery-7 lr         # a fault name or an SOP step
         nanlab mystery reveal runs/mystery-7
 
+    ``make`` exits 0 once the mystery is written, whatever its run did (the run is meant to
+    break, and its exit code would hint at the sealed fault); 2 on bad input.
+
     >>> main(["mystery", "reveal", "runs/mystery-7"])  # doctest: +SKIP
     """
     from nanlab.faults import mystery
 
     if args.action == "make":
-        folder = mystery.make(args.seed, args.run_dir)
+        _, made = _prepare_out(args.run_dir, "run_dir")
+        try:
+            folder = mystery.make(args.seed, args.run_dir)
+        except NanlabError:
+            _remove_empty(made)
+            raise
         print(f"mystery {args.seed} written to {folder} (fault sealed); "
               f"learners: nanlab diagnose {folder}")
     elif args.action == "reveal":
@@ -283,9 +506,8 @@ def cmd_matrix(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); returns the exit status.
-
-    A bad value prints one line and returns 2, without a traceback.
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); returns the exit status
+    (``EXIT_CODES``). A bad value prints one line and returns 2, without a traceback.
 
     >>> main(["run", "--fault", "nan_input", "--set", "at_step=-3"])  # doctest: +SKIP
     nanlab: error: nan_input.at_step=-3 is out of range; allowed: an integer from 0 to 100000
@@ -295,9 +517,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         return args.func(args)
+    except SystemExit as e:  # argparse: --help (0), or a usage error already printed (2)
+        return 0 if e.code is None else e.code if isinstance(e.code, int) else 1
     except (NanlabError, ImportError) as e:
-        print(f"nanlab: error: {e}", file=sys.stderr)
-        return 2
+        message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        print(f"nanlab: error: {message}", file=sys.stderr)
+        return EXIT_CODE_BAD_INPUT
     except KeyboardInterrupt:
         print("nanlab: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_CODE_INTERRUPTED

@@ -57,20 +57,69 @@ class RunRecord:
         self.layers: list[dict] = []
         self.events: list[dict] = []
         self._files: dict = {}
+        # How the JSON Lines files open at the first write: "w" starts them empty (a new
+        # run), "a" keeps what is there (after resume() or close()); None: no files.
+        self._mode: str | None = None
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self.write_manifest()
-            self._files = {s: open(self.directory / f"{s}.jsonl", "w") for s in STREAMS}
+            self._mode = "w"
+
+    def _open(self) -> dict:
+        """The JSON Lines files, opened at the first write (or flush): until then a
+        resume can still keep the rows an earlier run left in the folder."""
+        if not self._files and self._mode is not None:
+            self._files = {s: open(self.directory / f"{s}.jsonl", self._mode) for s in STREAMS}
+            self._mode = "a"  # reopened after close(): never truncate what was written
+        return self._files
+
+    def resume(self, step: int) -> dict[str, int]:
+        """Continue the record at ``step``, as a resume from the checkpoint of that step.
+
+        The rule: rows and events recorded before ``step`` stay, those at ``step`` or
+        later are dropped, because the resumed run records those steps again; so the
+        history reads as one run, each step once. With a folder, its files are the truth
+        (a new trainer resuming into the same ``out_dir`` reads the earlier rows back
+        into memory) and are appended to from then on. Returns the rows dropped per stream.
+
+        >>> rec = RunRecord()
+        >>> for s in range(4):
+        ...     rec.log_step({"step": s, "loss": 1.0})
+        >>> rec.resume(2), [r["step"] for r in rec.steps]
+        ({'steps': 2, 'layers': 0, 'events': 0}, [0, 1])
+        """
+        from nanlab.atomic import atomic_write
+
+        if self._mode is not None:
+            self.close()
+            for s in STREAMS:
+                setattr(self, s, _read_rows(self.directory / f"{s}.jsonl"))
+        dropped = {}
+        for s in STREAMS:
+            rows = getattr(self, s)
+            keep = [r for r in rows if r.get("step") is None or r["step"] < step]
+            dropped[s] = len(rows) - len(keep)
+            setattr(self, s, keep)
+            if self._mode is not None:
+                atomic_write(self.directory / f"{s}.jsonl",
+                             "".join(json.dumps(r) + "\n" for r in keep))
+        if self._mode is not None:
+            self._mode = "a"
+        return dropped
 
     # -- writing -----------------------------------------------------------------
     def write_manifest(self) -> None:
+        """Write ``manifest.json`` atomically: a reader (``load_run``, a crash) never sees
+        half of one, however often the trainer rewrites it."""
+        from nanlab.atomic import atomic_write
+
         if self.directory is not None:
             text = json.dumps(self.manifest, indent=2, sort_keys=True, default=str)
-            (self.directory / "manifest.json").write_text(text + "\n")
+            atomic_write(self.directory / "manifest.json", text + "\n")
 
     def _append(self, stream: str, row: dict) -> None:
         getattr(self, stream).append(row)
-        if self._files:
+        if self._open():
             self._files[stream].write(json.dumps(row) + "\n")
 
     def log_step(self, row: dict) -> None:
@@ -85,7 +134,7 @@ class RunRecord:
         self._append("events", {"kind": kind, "step": step, **details})
 
     def flush(self) -> None:
-        for f in self._files.values():
+        for f in self._open().values():
             f.flush()
 
     def close(self) -> None:
@@ -162,6 +211,22 @@ class RunRecord:
         s = self.summary()
         return (f"RunRecord(steps_run={s['steps_run']}, final_loss={s['final_loss']}, "
                 f"first_nonfinite_step={s['first_nonfinite_step']}, events={s['events']})")
+
+
+def _read_rows(path: Path) -> list[dict]:
+    """The rows of a JSON Lines file ([] when there is none); a last line torn by a crash
+    in the middle of a write is left out."""
+    if not path.exists():
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise
+    return rows
 
 
 def environment_info() -> dict:

@@ -14,7 +14,7 @@ needs). Monitors and guards plug in through named callbacks, as in minGPT::
 Events, in the order they fire each step: ``on_step_start`` (batch built),
 ``on_after_backward`` (gradients unscaled, ``info.loss_value`` and
 ``info.grad_norm_value`` known on the host, the optimizer has not stepped: set
-``info.skip = True`` to drop the update, or ``trainer.stop_requested = True`` to end
+``info.skip = True`` to drop the update, or call ``trainer.request_stop(reason)`` to end
 the run), ``on_step_end`` (row recorded). Also ``on_run_start``,
 ``on_checkpoint`` and ``on_run_end``.
 
@@ -45,124 +45,14 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from nanlab.checkpoint import CheckpointStore, safe_load
+from nanlab.config import TrainConfig
 from nanlab.data import IGNORE_INDEX, CountingTask
 from nanlab.errors import NanlabError, check_choice, check_range
-from nanlab.model import GPT, GPTConfig
+from nanlab.model import GPT
 from nanlab.record import RunRecord, environment_info
 
-PRECISIONS = ("fp32", "fp16", "bf16", "fp16-pure")
 EVENTS = ("on_run_start", "on_step_start", "on_after_backward", "on_step_end",
           "on_checkpoint", "on_run_end")
-
-
-@dataclass
-class TrainConfig:
-    """Everything that decides a run. Defaults give the clean baseline.
-
-    >>> config = TrainConfig(steps=100, lr=5e-2, warmup_steps=0, precision="fp16")
-    >>> config.replace(lr=5e-3, model={"n_layer": 4}).model.n_layer   # a changed copy
-    4
-    >>> TrainConfig(precision="fp8")
-    Traceback (most recent call last):
-    ...
-    nanlab.errors.NanlabError: precision='fp8' is not allowed; choose one of ...
-    """
-
-    steps: int = 200
-    seed: int = 0
-    device: str = "auto"  # "auto" picks CUDA when present, else the CPU
-    # fp32; fp16 = fp16 autocast (+ GradScaler); bf16 = bf16 autocast (fp32's range,
-    # no scaler needed); fp16-pure = the whole model and optimizer state in fp16.
-    precision: str = "fp32"
-    grad_scaler: bool | None = None  # None: on for fp16 autocast, off otherwise
-    optimizer: str = "adamw"  # "adamw" | "sgd" (with momentum)
-    lr: float = 5e-3
-    # Warmup: the LR ramps up linearly over the first steps, while Adam's second-moment
-    # estimate is still noisy and a full-size update can throw the weights off.
-    warmup_steps: int = 20
-    schedule: str = "cosine"  # "cosine" decays to min_lr_ratio * lr; "constant" does not
-    decay_steps: int | None = None  # cosine length; None = steps
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-8  # below fp16's smallest subnormal (~6e-8): rounds to 0 in fp16
-    momentum: float = 0.9  # SGD only
-    # Clip the global grad norm to this value; 0 turns clipping off (the default, so
-    # the course can show what clipping does and does not cure).
-    grad_clip: float = 0.0
-    batch_size: int = 32
-    # Fraction of sequences that are short and padded with model.pad_id (which must be
-    # the last token id, model.vocab_size - 1); 0 = no padding.
-    pad_prob: float = 0.0
-    z_loss: float = 0.0  # weight of the z-loss, z * log(Z)^2 (PaLM used 1e-4); 0 = off
-    # "torch" is F.cross_entropy (log-softmax with the max subtracted); "naive" is the
-    # hand-written -log(exp(l_y) / sum(exp(l))) of many custom losses: exp overflows once
-    # a logit passes ~88.7 in fp32, but ~11.1 in fp16.
-    loss_impl: str = "torch"
-    checkpoint_every: int = 50  # 0 = no checkpoints
-    record_every: int = 10  # per-layer statistics every this many steps; 0 = never
-    out_dir: str | None = None  # None keeps everything in memory
-    progress: bool = True
-    model: GPTConfig = field(default_factory=GPTConfig)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.model, dict):
-            self.model = GPTConfig(**self.model)
-        check_range("steps", self.steps, 1, integer=True)
-        check_range("seed", self.seed, 0, integer=True)
-        check_choice("precision", self.precision, PRECISIONS)
-        check_choice("optimizer", self.optimizer, ["adamw", "sgd"])
-        check_choice("schedule", self.schedule, ["cosine", "constant"])
-        check_range("lr", self.lr, 0.0, 1e6)
-        check_range("warmup_steps", self.warmup_steps, 0, integer=True)
-        if self.decay_steps is not None:
-            check_range("decay_steps", self.decay_steps, 1, integer=True)
-        check_range("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
-        check_range("weight_decay", self.weight_decay, 0.0, 10.0)
-        check_range("beta1", self.beta1, 0.0, 1.0)
-        check_range("beta2", self.beta2, 0.0, 1.0)
-        check_range("adam_eps", self.adam_eps, 0.0, 1.0)
-        check_range("momentum", self.momentum, 0.0, 1.0)
-        check_range("grad_clip", self.grad_clip, 0.0)
-        check_range("batch_size", self.batch_size, 2, integer=True)
-        check_range("pad_prob", self.pad_prob, 0.0, 1.0)
-        if self.pad_prob and self.model.pad_id != self.model.vocab_size - 1:
-            raise NanlabError(
-                f"pad_prob={self.pad_prob} needs model.pad_id = model.vocab_size - 1 = "
-                f"{self.model.vocab_size - 1}; got pad_id={self.model.pad_id}")
-        check_range("z_loss", self.z_loss, 0.0, 1.0)
-        check_choice("loss_impl", self.loss_impl, ["torch", "naive"])
-        check_range("checkpoint_every", self.checkpoint_every, 0, integer=True)
-        check_range("record_every", self.record_every, 0, integer=True)
-        if not isinstance(self.device, str) or not (
-            self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")
-        ):
-            raise NanlabError(f"device={self.device!r} is not allowed; "
-                              "choose 'auto', 'cpu', 'cuda' or 'cuda:N'")
-        if self.precision == "fp16-pure" and self.grad_scaler:
-            raise NanlabError("grad_scaler=True is not allowed with precision='fp16-pure': "
-                              "GradScaler cannot unscale fp16 gradients; use precision='fp16'")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise NanlabError(f"unknown TrainConfig field(s) {unknown}; allowed: {sorted(known)}")
-        return cls(**d)
-
-    def replace(self, **changes) -> TrainConfig:
-        """A copy with some fields changed; ``model=`` may be a dict of GPTConfig changes."""
-        model = changes.pop("model", None)
-        if isinstance(model, dict):
-            changes["model"] = dataclasses.replace(self.model, **model)
-        elif model is not None:
-            changes["model"] = model
-        return dataclasses.replace(self, **changes)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -207,6 +97,7 @@ def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False) -
     zero, so they cannot drift up.
 
     >>> batch = default_task(TrainConfig())(0)
+    >>> from nanlab.model import GPTConfig
     >>> model = GPT(GPTConfig())
     >>> abs(lm_loss(model, batch).item() - math.log(32)) < 0.1   # a fresh model: ln(vocab)
     True
@@ -289,6 +180,23 @@ def global_grad_norm(params: list[nn.Parameter]) -> torch.Tensor:
     return torch.linalg.vector_norm(norms)
 
 
+@dataclass(frozen=True)
+class Gradients:
+    """What :meth:`Trainer.forward_backward` returns (the gradients are in ``p.grad``):
+    ``loss`` and ``grad_norm`` detached, the same two on the host, ``finite`` as in StepInfo.
+
+    >>> g = Trainer(TrainConfig(progress=False)).forward_backward(default_task(TrainConfig())(0))
+    >>> g.finite, g.loss_value == g.loss.item()
+    (True, True)
+    """
+
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+    loss_value: float
+    grad_norm_value: float
+    finite: bool
+
+
 @dataclass
 class StepInfo:
     """What the callbacks see of one step. Set ``skip`` to drop the optimizer update.
@@ -312,6 +220,48 @@ class StepInfo:
     skip_reason: str = ""
     row: dict = field(default_factory=dict)
 
+    @property
+    def poisoned(self) -> bool:
+        """Non-finite and not skipped: the update wrote the fault into the weights."""
+        return not self.finite and not self.skip
+
+
+def stop_early(*, poisoned: bool = True, nonfinite_streak: int | None = None,
+               until_step: int | None = None) -> Callable[[Trainer, StepInfo], None]:
+    """An ``on_step_end`` callback that ends a run once its outcome is known, each reason
+    an event: a non-finite update reached the weights (nothing trains after that; a
+    skipped step left the weights alone), ``nonfinite_streak`` non-finite steps in a row,
+    or every step before ``until_step`` has run. The matrix, diagnose's replays and
+    ``run_fault(stop_when_poisoned=True)`` all stop through it.
+
+    >>> trainer = Trainer(TrainConfig(steps=50, progress=False))
+    >>> trainer.add_callback("on_step_end", stop_early(until_step=10))
+    >>> len(trainer.run().steps), trainer.record.events[-1]["reason"]
+    (10, 'stopped before step 10')
+    """
+    def callback(trainer: Trainer, info: StepInfo) -> None:
+        rows = trainer.record.steps
+        if poisoned and info.poisoned:
+            trainer.request_stop("a non-finite update reached the weights")
+        elif nonfinite_streak and len(rows) >= nonfinite_streak and \
+                not any(r["finite"] for r in rows[-nonfinite_streak:]):
+            trainer.request_stop(f"{nonfinite_streak} non-finite steps in a row")
+        elif until_step is not None and trainer.step >= until_step:
+            trainer.request_stop(f"stopped before step {until_step}")
+    return callback
+
+
+def stop_if_poisoned(trainer: Trainer, info: StepInfo) -> None:
+    """``stop_early()`` as a ready ``on_step_end`` callback: stop once a non-finite update
+    reached the weights (``run_fault(stop_when_poisoned=True)`` adds it).
+
+    >>> Trainer(TrainConfig(progress=False)).add_callback("on_step_end", stop_if_poisoned)
+    """
+    _stop_when_poisoned(trainer, info)
+
+
+_stop_when_poisoned = stop_early()
+
 
 class Trainer:
     """Trains any model on any batch source; see the module docstring.
@@ -331,14 +281,10 @@ class Trainer:
     2 True
     """
 
-    def __init__(
-        self,
-        config: TrainConfig | None = None,
-        model: nn.Module | None = None,
-        batches: Callable[[int], Any] | None = None,
-        loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None,
-        optimizer: torch.optim.Optimizer | None = None,
-    ):
+    def __init__(self, config: TrainConfig | None = None, model: nn.Module | None = None,
+                 batches: Callable[[int], Any] | None = None,
+                 loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None,
+                 optimizer: torch.optim.Optimizer | None = None):
         self.config = config = config or TrainConfig()
         self.device = resolve_device(config.device)
         torch.manual_seed(config.seed)  # model init is the first use of the global RNG
@@ -361,6 +307,7 @@ class Trainer:
         use_scaler = config.grad_scaler if config.grad_scaler is not None \
             else config.precision == "fp16"
         self.scaler = torch.amp.GradScaler(self.device.type) if use_scaler else None
+        self._unscaled = False  # scaler.unscale_ ran since the last scaler.update()
         self.step = 0  # the next step to run
         self.data_position = 0  # the next batch index to read
         self.skip_batches: set[int] = set()  # batch indices never to train on
@@ -370,7 +317,9 @@ class Trainer:
         self.checkpoints = CheckpointStore(
             Path(config.out_dir) / "checkpoints" if config.out_dir else None)
         self.record = RunRecord(config.out_dir, manifest=self._manifest())
-        self._layer_modules = self._named_layers()
+        # leaf modules: the rows of the per-layer statistics
+        self._layer_modules = [(n, m) for n, m in self.model.named_modules()
+                               if n and not any(True for _ in m.children())]
 
     # -- setup -------------------------------------------------------------------
     def _make_optimizer(self) -> torch.optim.Optimizer:
@@ -383,25 +332,15 @@ class Trainer:
                                  eps=c.adam_eps, weight_decay=c.weight_decay, foreach=False)
 
     def _manifest(self) -> dict:
-        model = self.model
-        return {
-            "config": self.config.to_dict(),
-            "seed": self.config.seed,
-            "fault": None,
-            "device": str(self.device),
-            "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
-            # the optimizer really used: a caller's own (e.g. NAdam) overrides config.optimizer
-            "optimizer_class": f"{type(self.optimizer).__module__}."
-                               f"{type(self.optimizer).__qualname__}",
-            "num_params": sum(p.numel() for p in model.parameters()),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            **environment_info(),
-        }
+        def name(obj) -> str:
+            return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
-    def _named_layers(self) -> list[tuple[str, nn.Module]]:
-        """Leaf modules: the rows of the per-layer statistics."""
-        return [(n, m) for n, m in self.model.named_modules()
-                if n and not any(True for _ in m.children())]
+        return {"config": self.config.to_dict(), "seed": self.config.seed, "fault": None,
+                "device": str(self.device), "model_class": name(self.model),
+                # the optimizer really used: a caller's own (NAdam) overrides config.optimizer
+                "optimizer_class": name(self.optimizer),
+                "num_params": sum(p.numel() for p in self.model.parameters()),
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **environment_info()}
 
     def add_callback(self, event: str, fn: Callable) -> None:
         """Call ``fn(trainer, info)`` at ``event`` (one of EVENTS; on_run_* get ``info=None``)."""
@@ -411,6 +350,18 @@ class Trainer:
     def trigger_callbacks(self, event: str, info: StepInfo | None = None) -> None:
         for fn in self.callbacks[event]:
             fn(self, info)
+
+    def request_stop(self, reason: str) -> None:
+        """End the run after this step, with a "stop" event naming ``reason``: the one way
+        for a callback to stop a run. The first reason is kept (it names the cause).
+
+        >>> trainer = Trainer(TrainConfig(steps=50, progress=False))
+        >>> trainer.add_callback("on_step_end", lambda tr, info: tr.request_stop("enough"))
+        >>> len(trainer.run().steps), trainer.record.events[-1]["reason"]
+        (1, 'enough')
+        """
+        self.stop_requested = True
+        self.stop_reason = self.stop_reason or str(reason)
 
     def set_lr_scale(self, scale: float) -> None:
         """Multiply the scheduled LR by ``scale`` from the next step on (a recovery's LR cut).
@@ -433,15 +384,10 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to continue bit for bit: weights, optimizer, schedule, RNG."""
-        state = {
-            "step": self.step,
-            "data_position": self.data_position,
-            "lr_scale": self.lr_scale,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng_cpu": torch.get_rng_state(),
-        }
+        state = {"step": self.step, "data_position": self.data_position,
+                 "lr_scale": self.lr_scale, "model": self.model.state_dict(),
+                 "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "rng_cpu": torch.get_rng_state()}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
         if self.device.type == "cuda":
@@ -489,40 +435,71 @@ class Trainer:
             self.data_position += 1
         return self.data_position
 
-    def train_step(self) -> StepInfo:
-        """Run one step: batch, forward, backward, checks, update. Returns what happened."""
-        c = self.config
-        index = self.next_batch_index()
-        info = StepInfo(step=self.step, batch_index=index,
-                        batch=to_device(self.batches(index), self.device, self.input_dtype))
-        self.trigger_callbacks("on_step_start", info)
-        record_layers = c.record_every > 0 and self.step % c.record_every == 0
-        activations, hooks = {}, []
-        if record_layers:
-            hooks = [m.register_forward_hook(_absmax_hook(activations, n))
-                     for n, m in self._layer_modules]
-        try:
-            with self.autocast():
-                loss = self.loss_fn(self.model, info.batch)
-        finally:
-            for h in hooks:
-                h.remove()
+    def forward_backward(self, batch: Any, loss_fn: Callable | None = None) -> Gradients:
+        """A step without its update: forward under autocast and the loss, backward (scaled
+        by the GradScaler), unscale, clip, global grad norm; ``p.grad`` is left ready for
+        the optimizer, one host sync reads loss and norm. train_step calls it, and so does
+        a tool that needs a step's gradients again from the same state (the guard's
+        rerun): one copy of the arithmetic, the same numbers bit for bit. ``loss_fn``
+        replaces the loss for this pass. GradScaler.unscale_ runs once per update: a second
+        pass unscales by hand, and scaler.step acts on the first pass's overflow check.
+
+        >>> trainer = Trainer(TrainConfig(steps=5, progress=False))
+        >>> g = trainer.forward_backward(trainer.batches(0))
+        >>> round(g.loss_value, 1), g.finite, trainer.step   # no update: still step 0
+        (3.5, True, 0)
+        """
+        batch = to_device(batch, self.device, self.input_dtype)
+        with self.autocast():
+            loss = (loss_fn or self.loss_fn)(self.model, batch)
         self.optimizer.zero_grad(set_to_none=True)
         (self.scaler.scale(loss) if self.scaler else loss).backward()
-        if self.scaler:
+        if self.scaler and not self._unscaled:
             self.scaler.unscale_(self.optimizer)  # grads in true units before norms/clipping
-        if c.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, c.grad_clip)
-        else:
-            grad_norm = global_grad_norm(self.params)
-        info.loss, info.grad_norm = loss.detach(), grad_norm.detach()
+        elif self.scaler:
+            inv = 1.0 / self.scaler.get_scale()  # what unscale_ multiplies by
+            for grad in [p.grad for p in self.params if p.grad is not None]:
+                grad.mul_(inv)
+        self._unscaled = self.scaler is not None
+        clip = self.config.grad_clip
+        norm = (torch.nn.utils.clip_grad_norm_(self.params, clip) if clip > 0
+                else global_grad_norm(self.params))
+        loss, norm = loss.detach(), norm.detach()
         loss_value, norm_value = torch.stack(
-            [info.loss.float().cpu(), info.grad_norm.float().cpu()]).tolist()  # one sync
-        info.loss_value, info.grad_norm_value = loss_value, norm_value
+            [loss.float().cpu(), norm.float().cpu()]).tolist()  # the one sync
         # With a GradScaler, inf gradients at a finite loss are the scaler at work (the
         # scaled backward overflowed; it skips the step and halves the scale), not a fault.
         finite = math.isfinite(loss_value) and (math.isfinite(norm_value) or bool(self.scaler))
-        info.finite = finite
+        return Gradients(loss, norm, loss_value, norm_value, finite)
+
+    def train_step(self, batch_index: int | None = None, *, loss_fn: Callable | None = None,
+                   record_layers: bool | None = None) -> StepInfo:
+        """One step: batch, :meth:`forward_backward`, callbacks, update, record. For a replay:
+        ``batch_index`` (that batch, not the next), ``loss_fn`` (this step's loss),
+        ``record_layers`` (per-layer statistics on / off; None: every ``record_every``).
+
+        >>> trainer = Trainer(TrainConfig(steps=5, progress=False))
+        >>> info = trainer.train_step(batch_index=3)
+        >>> info.row["batch"], trainer.step, trainer.data_position
+        (3, 1, 4)
+        """
+        index = self.next_batch_index() if batch_index is None else batch_index
+        info = StepInfo(step=self.step, batch_index=index,
+                        batch=to_device(self.batches(index), self.device, self.input_dtype))
+        self.trigger_callbacks("on_step_start", info)
+        if record_layers is None:
+            every = self.config.record_every
+            record_layers = every > 0 and self.step % every == 0
+        activations: dict[str, torch.Tensor] = {}
+        hooks = [m.register_forward_hook(_absmax_hook(activations, n))
+                 for n, m in self._layer_modules] if record_layers else []
+        try:
+            g = self.forward_backward(info.batch, loss_fn)
+        finally:
+            for h in hooks:
+                h.remove()
+        info.loss, info.grad_norm, info.finite = g.loss, g.grad_norm, g.finite
+        info.loss_value, info.grad_norm_value = g.loss_value, g.grad_norm_value
         self.trigger_callbacks("on_after_backward", info)
 
         lr = self.optimizer.param_groups[0]["lr"]
@@ -534,16 +511,17 @@ class Trainer:
         elif self.scaler:
             self.scaler.step(self.optimizer)  # skips the update by itself on inf/NaN grads
             self.scaler.update()
-            if not math.isfinite(norm_value):
+            if not math.isfinite(g.grad_norm_value):
                 info.skip, info.skip_reason = True, "GradScaler found inf/NaN gradients"
         else:
             self.optimizer.step()
+        self._unscaled = False  # the next pass unscales with the scaler again
         if not info.skip:
             self.scheduler.step()  # a skipped update does not advance the schedule
         if record_layers:
             self.record.log_layers(self._layer_rows(activations))
-        info.row = {"step": self.step, "batch": index, "loss": loss_value, "lr": lr,
-                    "grad_norm": norm_value, "loss_scale": scale, "finite": finite,
+        info.row = {"step": self.step, "batch": index, "loss": g.loss_value, "lr": lr,
+                    "grad_norm": g.grad_norm_value, "loss_scale": scale, "finite": g.finite,
                     "skipped": info.skip}
         self.record.log_step(info.row)
         self.data_position = index + 1
@@ -569,21 +547,29 @@ class Trainer:
             names.append((name, bool(params), name in activations))
             stats.append(torch.stack([*pstats, act]))
         values = torch.stack(stats).cpu().tolist() if stats else []
-        rows = []
-        for (name, has_params, has_act), (gn, mean, std, act) in zip(names, values, strict=True):
-            rows.append({"step": self.step, "layer": name,
-                         "grad_norm": gn if has_params else None,
-                         "param_mean": mean if has_params else None,
-                         "param_std": std if has_params else None,
-                         "act_absmax": act if has_act else None})
-        return rows
+        return [{"step": self.step, "layer": name, "grad_norm": gn if has_params else None,
+                 "param_mean": mean if has_params else None,
+                 "param_std": std if has_params else None, "act_absmax": act if has_act else None}
+                for (name, has_params, has_act), (gn, mean, std, act)
+                in zip(names, values, strict=True)]
 
     def run(self, resume_from: int | str | Path | None = None) -> RunRecord:
-        """Train until ``config.steps`` (or a stop request) and return the run record."""
+        """Train until ``config.steps`` (or a stop request) and return the run record.
+
+        ``resume_from`` (a checkpoint step or file) continues the run: the record, in memory
+        and in ``out_dir``, keeps the rows before that step and drops the rest, which run
+        again (:meth:`RunRecord.resume`): one history, each step once.
+
+        >>> trainer = Trainer(TrainConfig(steps=6, checkpoint_every=3, progress=False))
+        >>> _ = trainer.run()
+        >>> [r["step"] for r in trainer.run(resume_from=3).steps]   # 3..5 once, not twice
+        [0, 1, 2, 3, 4, 5]
+        """
         c = self.config
         if resume_from is not None:
             self.restore(resume_from)
-            self.record.log_event("resume", self.step, source=str(resume_from))
+            self.record.log_event("resume", self.step, source=str(resume_from),
+                                  dropped=self.record.resume(self.step))
         self.trigger_callbacks("on_run_start")
         bar = tqdm(total=c.steps, initial=self.step, disable=not c.progress,
                    desc="train", unit="step", dynamic_ncols=True)

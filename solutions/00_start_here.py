@@ -45,7 +45,6 @@
 
 # %%
 import inspect
-import json
 import math
 import shutil
 from pathlib import Path
@@ -53,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nanlab.course import check, hint, start_lab
+from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
 from nanlab.data import IGNORE_INDEX, CountingTask
 from nanlab.model import GPT, AttentionScores, CausalSelfAttention, GPTConfig, Softmax
 from nanlab.train import TrainConfig, Trainer, train
@@ -198,9 +197,9 @@ def show_rows(rows, keys):
     text = [[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for k in keys]
             for r in rows]
     widths = [max(len(k), *(len(t[i]) for t in text)) for i, k in enumerate(keys)]
-    print("  ".join(k.rjust(w) for k, w in zip(keys, widths)))
+    print("  ".join(k.rjust(w) for k, w in zip(keys, widths, strict=True)))
     for t in text:
-        print("  ".join(c.rjust(w) for c, w in zip(t, widths)))
+        print("  ".join(c.rjust(w) for c, w in zip(t, widths, strict=True)))
 
 
 show_rows(run.steps[:3] + run.steps[-2:],

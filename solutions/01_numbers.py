@@ -46,7 +46,7 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from nanlab.course import check, hint, start_lab
+from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
 
 start_lab("01_numbers")
 torch.manual_seed(0);
@@ -87,7 +87,7 @@ print(torch.tensor(257.0, dtype=torch.bfloat16).item())  # and 257 to 256
 fig, ax = plt.subplots(figsize=(9, 2.8))
 formats = [("float32", torch.float32), ("bfloat16", torch.bfloat16),
            ("float16", torch.float16)]
-for row, (label, dtype) in enumerate(formats):
+for row, (_label, dtype) in enumerate(formats):
     fi = torch.finfo(dtype)
     smallest = fi.tiny * fi.eps  # the smallest subnormal number
     ax.plot([smallest, fi.tiny], [row, row], lw=10, color="tab:orange", alpha=0.6,

@@ -57,11 +57,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from nanlab.course import check, hint, start_lab
+from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
 from nanlab.debug import locate
-from nanlab.faults import FIXES, fault_config, run_fault
-from nanlab.model import GPT, GPTConfig
-from nanlab.signals import final_loss, is_stalled
+from nanlab.faults import FIXES, run_fault
+from nanlab.model import GPT
+from nanlab.signals import is_stalled
 from nanlab.train import TrainConfig, Trainer, global_grad_norm, lm_loss, to_device
 from nanlab.viz import plot_compare, plot_grad_heatmap, plot_loss
 
@@ -396,7 +396,7 @@ def judge_absmax(got):
 def check_lists(mine, want):
     if len(mine) != len(want):
         return f"{len(mine)} values, expected one per block ({len(want)})"
-    for i, (a, b) in enumerate(zip(mine, want)):
+    for i, (a, b) in enumerate(zip(mine, want, strict=True)):
         same = math.isclose(float(a), b, rel_tol=1e-6) or (math.isnan(a) and math.isnan(b))
         if not same:
             return f"block {i}: got {float(a):.6g}, expected {b:.6g}"

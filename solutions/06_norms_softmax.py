@@ -59,7 +59,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from nanlab.course import check, hint, start_lab
+from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
 from nanlab.debug import locate
 from nanlab.faults import run_fault
 from nanlab.model import LayerNorm, SinusoidalPositions

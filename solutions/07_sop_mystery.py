@@ -56,8 +56,8 @@ import numpy as np
 from nanlab import faults
 from nanlab.course import check, start_lab
 from nanlab.debug import diagnose, locate
-from nanlab.debug.diagnose import HEALTHY_FRACTION
 from nanlab.faults import FaultRun, batch_problems, build_fault_trainer, get_fix, run_fault
+from nanlab.judge import judge
 from nanlab.signals import final_loss
 from nanlab.train import TrainConfig
 from nanlab.viz import plot_compare, plot_grad_heatmap, plot_loss
@@ -245,16 +245,17 @@ print("problems in the batch of the first bad step:", problems)
 #
 # A replay is judged on its whole loss curve, not on whether a NaN shows up: a run
 # can be finite and still not learn. The helper below calls a replay *healthy*
-# when it is finite **and** learning (its last 10 losses average below 30 % of its
-# first loss; the clean run gets to about 7 %). That is the rule `diagnose` uses.
+# when it is finite **and** learning: no spike, no stall, and its last 10 losses
+# average below 30 % of its first loss (the clean run gets to about 7 %). That is
+# `nanlab.judge.judge`, the judge `diagnose` uses (the fault x fix matrix asks it
+# too, against the clean run's final loss instead of the first loss).
 
 # %%
 def outcome(fault_run):
-    """{'finite': no NaN, inf or crash; 'learning': loss below 30 % of step 0's}."""
-    losses = fault_run.record.losses()
-    finite = fault_run.error is None and fault_run.record.first_nonfinite_step is None
-    learning = finite and final_loss(losses) < HEALTHY_FRACTION * losses[0]
-    return {"finite": bool(finite), "learning": bool(learning)}
+    """{'finite': no NaN, inf or crash; 'learning': what nanlab.judge calls healthy}."""
+    verdict = judge(fault_run)  # against its own start: no clean run needed
+    finite = verdict.kind != "error" and verdict.first_nonfinite is None
+    return {"finite": bool(finite), "learning": verdict.healthy}
 
 
 replays = {fix: run_fault("fp16_overflow", fixes=[fix], **RUN)

@@ -66,11 +66,11 @@ import numpy as np
 import torch
 
 from nanlab import faults
-from nanlab.course import check, hint, start_lab
+from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
 from nanlab.faults import run_fault
 from nanlab.guard import Guard, SpikeDetector
 from nanlab.signals import final_loss, find_spikes, recovery_steps
-from nanlab.train import Trainer, lr_factor
+from nanlab.train import Trainer
 from nanlab.viz import plot_compare, plot_loss
 from nanlab.viz.plots import kept_rows
 
@@ -100,7 +100,7 @@ def nan_batch_at(batch_index):
 
 def standing(record):
     """One loss per step: the rows that stand after any rollback."""
-    rows = [r for r, keep in zip(record.steps, kept_rows(record.steps)) if keep]
+    rows = [r for r, keep in zip(record.steps, kept_rows(record.steps), strict=True) if keep]
     return np.array([r["loss"] for r in sorted(rows, key=lambda r: r["step"])])
 
 
@@ -544,7 +544,7 @@ print("every loss, grad norm and LR identical, bit for bit:",
 print("the same guard events:",  # as JSON text, where NaN equals NaN
       json.dumps(again.record.events) == json.dumps(recovered.record.events))
 print("the same final weights:", all(torch.equal(p, q) for p, q in zip(
-    recovered.trainer.model.parameters(), again.trainer.model.parameters())))
+    recovered.trainer.model.parameters(), again.trainer.model.parameters(), strict=True)))
 
 
 # %% [markdown]
@@ -567,7 +567,7 @@ def steps_to_below(losses, start, threshold=0.1):
     return int(below[0]) if len(below) else None
 
 
-for failed, restart in rollbacks:
+for _failed, restart in rollbacks:
     window = rec_losses[restart:restart + 31]
     print(f"restart at step {restart}: loss {rec_losses[restart]:.2f}, lowest in the "
           f"next 30 steps {window.min():.2f}")
@@ -606,9 +606,9 @@ def restart(step, lr_scale, n=30):
 
 
 restarts = {k: restart(120, k) for k in (1.0, 0.1)}
-for k, l in restarts.items():
-    print(f"restart at step 120, LR x {k}: loss {l[0]:.3f}, lowest in 30 steps "
-          f"{l.min():.3f}, below 0.1 after {steps_to_below(l, 0)} steps")
+for k, losses in restarts.items():
+    print(f"restart at step 120, LR x {k}: loss {losses[0]:.3f}, lowest in 30 steps "
+          f"{losses.min():.3f}, below 0.1 after {steps_to_below(losses, 0)} steps")
 
 # %% tags=["nbval-check-output"]
 print("same LR: the restart replays the clean run exactly:",

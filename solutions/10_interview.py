@@ -50,8 +50,7 @@ import math
 
 from IPython.display import Markdown, display
 
-from nanlab import interview
-from nanlab.course import check, hint, start_lab
+from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
 from nanlab.debug import diagnose
 from nanlab.faults import run_fault
 from nanlab.interview import (
@@ -117,8 +116,8 @@ MultipleChoice(
 
 # %% [markdown]
 # ## 3. The question bank and the rubric (I3)
-# The course ships a bank of interview questions as data (`nanlab/interview/questions.json`,
-# easy for an instructor to extend). Each has a model answer with the Chinese key
+# The course ships a bank of interview questions as data (`nanlab/interview/questions/`,
+# one JSON file per topic, easy for an instructor to extend). Each has a model answer with the Chinese key
 # terms beside the English ones, the key points a good answer must contain (its
 # **rubric**), the common mistakes, and follow-up questions.
 
@@ -284,7 +283,7 @@ CASES = [(bad.record, bad.first_bad_step, 20), (exploding, 26, 20), (exploding, 
 
 
 def judge_jump(got):
-    for (record, step, window), mine in zip(CASES, got):
+    for (record, step, window), mine in zip(CASES, got, strict=False):
         want = grad_norm_jump(record, step, window)
         expected = (want["low_step"], want["high_step"], want["decades"])
         if not isinstance(mine, tuple) or len(mine) != 3:
@@ -371,7 +370,7 @@ other = dict(facts, fix="bf16", symptom_step=1234, loss_fixed_at_step=0.43219,
 
 
 def judge_sentence(sentences):
-    for f, text in zip((facts, other), sentences):
+    for f, text in zip((facts, other), sentences, strict=False):
         if not isinstance(text, str):
             return f"return a string; got {type(text).__name__}"
         needed = {"the fix": f["fix"], "the failure step": str(f["symptom_step"]),

@@ -10,6 +10,7 @@ from foreign_models import TinyEncoderLM, classifier_loss, lm_batches, lm_loss
 from nanlab import faults
 from nanlab.data import CountingTask
 from nanlab.errors import NanlabError
+from nanlab.judge import judge
 from nanlab.signals import final_loss, find_spikes, is_stalled, recovery_steps
 
 CLEAN_FINAL = 0.1  # the clean run is below this by step 200 (see test_train)
@@ -39,6 +40,7 @@ def test_default_variant_shows_its_signature_within_300_steps(name):
     fault = faults.get_fault(name)
     run = faults.run_fault(name, steps=STEPS.get(name, 200), stop_when_poisoned=True)
     assert observed(run) == fault.signature, run.record.summary()
+    assert judge(run).kind == fault.signature, judge(run)  # the library's one judge agrees
     if fault.signature in ("nonfinite", "error"):
         assert run.first_bad_step is not None and run.first_bad_step < 300
 

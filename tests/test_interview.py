@@ -38,9 +38,10 @@ def bank():
 
 @pytest.fixture()
 def raw():
-    """The shipped bank as raw JSON entries, to break in tests."""
-    data = json.loads(default_bank_path().read_text(encoding="utf-8"))
-    return copy.deepcopy(data["questions"])
+    """The shipped bank as raw JSON entries (topic files in TOPICS order), to break in tests."""
+    files = [default_bank_path() / f"{t}.json" for t in TOPICS]
+    data = [e for f in files for e in json.loads(f.read_text(encoding="utf-8"))]
+    return copy.deepcopy(data)
 
 
 def problems_of(entries) -> list[str]:
@@ -60,6 +61,15 @@ def test_bank_size_topics_and_levels(bank):
     assert all(n >= 3 for n in counts["topic"].values()), counts
     assert all(n >= 8 for n in counts["level"].values()), counts
     assert set(counts["topic"]) == set(TOPICS) and set(counts["level"]) == set(LEVELS)
+
+
+def test_one_file_per_topic():
+    folder = default_bank_path()
+    assert sorted(p.name for p in folder.glob("*.json")) == sorted(f"{t}.json" for t in TOPICS)
+    for topic in TOPICS:
+        entries = json.loads((folder / f"{topic}.json").read_text(encoding="utf-8"))
+        assert isinstance(entries, list) and entries, topic
+        assert {e["topic"] for e in entries} == {topic}, f"{topic}.json holds another topic"
 
 
 def test_every_question_is_complete(bank):
@@ -156,6 +166,19 @@ def test_load_bank_reads_a_file_and_accepts_a_bare_list(tmp_path, raw):
     path = tmp_path / "bank.json"
     path.write_text(json.dumps(raw, ensure_ascii=False), encoding="utf-8")
     assert len(load_bank(path)) == len(raw)
+
+
+def test_load_bank_reads_a_folder_and_names_the_file_of_each_problem(tmp_path, raw):
+    (tmp_path / "data.json").write_text(json.dumps(raw[:4]), encoding="utf-8")
+    (tmp_path / "mine.json").write_text(json.dumps({"questions": raw[4:]}), encoding="utf-8")
+    assert [q.id for q in load_bank(tmp_path)] == [e["id"] for e in raw]
+    raw[5]["level"] = "intern"
+    (tmp_path / "mine.json").write_text(json.dumps(raw[4:]), encoding="utf-8")
+    with pytest.raises(BankError) as info:
+        load_bank(tmp_path)
+    (msg,) = info.value.problems
+    assert msg.startswith(f"mine.json[1] (id '{raw[5]['id']}'): field 'level' = 'intern'")
+    assert str(tmp_path) in str(info.value)
 
 
 def test_invalid_json_names_line_and_column(tmp_path):
@@ -568,7 +591,8 @@ def test_star_story_of_a_norm_eps_fault_names_what_was_ruled_out(eps_story):
     # every SOP step before the cause is ruled out or skipped, with its reason
     assert "**data (数据检查)**: ruled out: batch" in story.action
     assert "**AMP off (关闭混合精度)**: not needed: the run is fp32 already" in story.action
-    assert "**LR / 10 (降低学习率)**: ruled out: LR / 10 replay: non-finite again" in story.action
+    assert ("**LR / 10 (降低学习率)**: ruled out: LR / 10 replay: non-finite at step 0"
+            in story.action)
     assert "**init / eps (初始化 / eps)**: the cause: a norm has eps = 0" in story.action
     assert [r["step"] for r in facts["ruled_out"]] == ["data", "lr", "grad_norms"]
     # the fixed run (made by star_story) and the clean run, at the same step

@@ -18,7 +18,7 @@ from nanlab.train import TrainConfig, Trainer
 def _stop_at_first_nonfinite(trainer, info):
     # stop_when_poisoned lets the GradScaler's skipped steps go on; stop at those too
     if not info.row["finite"]:
-        trainer.stop_requested = True
+        trainer.request_stop("the first non-finite step")
 
 
 @functools.cache

@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -7,6 +8,7 @@ import torch
 from nanlab.checkpoint import CheckpointStore
 from nanlab.data import IGNORE_INDEX, CountingTask
 from nanlab.errors import NanlabError
+from nanlab.record import RunRecord
 from nanlab.train import TrainConfig, Trainer, lr_factor, train
 
 
@@ -60,6 +62,45 @@ def test_resume_from_memory_checkpoint_step():
     assert [r["loss"] for r in trainer.record.steps] == losses[10:]
 
 
+def test_a_resume_into_the_same_folder_appends_and_reads_as_one_run(tmp_path):
+    out = str(tmp_path / "run")
+    config = quick(steps=40, checkpoint_every=10, record_every=5, out_dir=out)
+
+    def skip_some(tr, info):
+        if info.step in (7, 22):
+            info.skip, info.skip_reason = True, f"test {info.step}"
+
+    def stop_at_25(tr, info):
+        if tr.step == 25:
+            tr.request_stop("interrupted")
+
+    first = Trainer(config)
+    first.add_callback("on_after_backward", skip_some)
+    first.add_callback("on_step_end", stop_at_25)
+    first.run()
+    before = RunRecord.load(out)
+    assert [r["step"] for r in before.steps] == list(range(25))
+    # a new trainer (a new process) resumes from an earlier checkpoint into the same folder
+    resumed = Trainer(config)
+    resumed.add_callback("on_after_backward", skip_some)
+    resumed.run(resume_from=Path(out) / "checkpoints" / "ckpt_000020.pt")
+    after = RunRecord.load(out)
+    assert [r["step"] for r in after.steps] == list(range(40))  # each step once, no gap
+    assert after.steps[:20] == before.steps[:20]  # every earlier row kept as it was
+    assert [r["loss"] for r in after.steps[20:25]] == [r["loss"] for r in before.steps[20:]]
+    kept = [e for e in before.events if e["step"] < 20]
+    assert after.events[:len(kept)] == kept and kept[0]["reason"] == "test 7"
+    resume = after.events[len(kept)]
+    assert resume["kind"] == "resume" and resume["step"] == 20
+    assert resume["dropped"]["steps"] == 5  # steps 20..24, run again
+    assert [(e["kind"], e["step"]) for e in after.events[len(kept) + 1:]] == [("skip", 22)]
+    layers = {}
+    for r in after.layers:
+        layers[r["step"]] = layers.get(r["step"], 0) + 1
+    assert sorted(layers) == list(range(0, 40, 5)) and len(set(layers.values())) == 1
+    assert after.steps == resumed.record.steps  # the trainer's record is the whole run too
+
+
 def test_checkpoints_are_written_atomically_and_listed(tmp_path):
     store = CheckpointStore(tmp_path)
     store.save(5, {"w": torch.ones(3)})
@@ -82,6 +123,21 @@ def test_mixed_precision_runs_on_cpu(precision):
         assert record.steps[0]["loss_scale"] == 2.0 ** 16
     else:
         assert trainer.scaler is None and record.steps[0]["loss_scale"] is None
+
+
+def test_forward_backward_again_gives_the_same_gradients_under_a_grad_scaler():
+    trainer = Trainer(quick(precision="fp16", device="cpu"))
+    for _ in range(3):  # past step 0, whose scale of 65536 overflows
+        trainer.train_step()
+    batch, rng = trainer.batches(3), torch.get_rng_state()
+    first = trainer.forward_backward(batch)
+    grads = [p.grad.clone() for p in trainer.params]
+    torch.set_rng_state(rng)
+    again = trainer.forward_backward(batch)  # unscale_ ran already: by hand this time
+    assert first.finite and (again.loss_value, again.grad_norm_value) == \
+        (first.loss_value, first.grad_norm_value)
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, trainer.params, strict=True))
+    assert trainer.train_step().finite  # and the step goes on as usual
 
 
 def test_pure_fp16_keeps_weights_in_half():
@@ -107,8 +163,6 @@ def test_per_layer_statistics_present_and_finite():
 
 def test_record_round_trips_through_disk(tmp_path):
     record = train(quick(steps=12, out_dir=str(tmp_path)))
-    from nanlab.record import RunRecord
-
     loaded = RunRecord.load(tmp_path)
     assert loaded.steps == record.steps and loaded.layers == record.layers
     assert loaded.manifest["config"]["steps"] == 12
@@ -131,12 +185,14 @@ def test_callbacks_can_skip_updates_and_stop():
     def skip_all(tr, info):
         info.skip, info.skip_reason = True, "test"
         if info.step == 4:
-            tr.stop_requested = True
+            tr.request_stop("enough")
+            tr.request_stop("a second reason")  # the first one is kept
 
     trainer.add_callback("on_after_backward", skip_all)
     record = trainer.run()
     assert len(record.steps) == 5 and all(r["skipped"] for r in record.steps)
     assert [e["kind"] for e in record.events] == ["skip"] * 5 + ["stop"]
+    assert record.events[-1]["reason"] == "enough" == record.manifest["stop_reason"]
     for p, q in zip(before, trainer.model.parameters(), strict=True):
         assert torch.equal(p, q)
 

@@ -490,14 +490,9 @@ def _first_difference(actual: str, expected: str) -> str:
 
 
 def _write_text_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from nanlab.atomic import atomic_write  # the course may use the library, not the reverse
+
+    atomic_write(path, text)  # "\n" newlines on every platform: the text is written as is
 
 
 @contextmanager

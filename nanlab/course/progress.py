@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from nanlab.atomic import atomic_write
 
 ENV_VAR = "NANLAB_PROGRESS"
 VERSION = 1
@@ -203,18 +204,7 @@ def _validate(data: Any) -> None:
 
 def _write_atomically(path: Path, data: dict[str, Any]) -> None:
     """Write to a temporary file in the same folder, then rename over the old file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def _now() -> str:

@@ -14,9 +14,10 @@ The order goes from cheap to expensive, from likely to rare (claim M2):
 
 A replay that makes the NaN go away is not yet the cause. With AMP off a run at a far
 too high LR stops producing NaN and still diverges (FINDINGS: fp16 only made the
-divergence loud), so each replay is judged on its loss curve: finite, no spike, and
-the loss brought down to under 30 % of where it started. The first step whose replay
-is healthy names the cause; the matching fix is then run once more to prove it.
+divergence loud), so each replay is judged on its loss curve by :func:`nanlab.judge.judge`:
+finite, no spike, no stall, and the loss brought down to under 30 % of where it started.
+The first step whose replay is healthy names the cause; the fix that the fault catalogue
+declares for it (:func:`nanlab.faults.catalogue.cure_for`) is then run once more to prove it.
 
 The fault's name in a run's manifest is used only to rebuild the same run (the same
 data, the same model); the decision never reads it. A run made by your own code is
@@ -43,11 +44,11 @@ from nanlab import faults as faults_mod
 from nanlab.debug.runs import load_run
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
+from nanlab.faults.catalogue import cure_for
+from nanlab.judge import STREAK, judge
 from nanlab.record import RunRecord
-from nanlab.signals import final_loss, find_spikes, is_stalled, recovery_steps
-from nanlab.train import TrainConfig, Trainer
+from nanlab.train import TrainConfig, Trainer, stop_early
 
-HEALTHY_FRACTION = 0.3  # a healthy replay ends below 30 % of its starting loss
 EXPLOSION_DECADES = 3.0  # grad norm growth (orders of magnitude) that counts as explosion
 MIN_REPLAY_STEPS = 100  # long enough for the toy to learn to ~0.4 from ~3.5
 
@@ -133,32 +134,24 @@ class Diagnosis:
 
 # -- reading a run -----------------------------------------------------------------
 def symptom_of(run: faults_mod.FaultRun) -> tuple[str, int | None]:
-    """What the run shows: a crash, a non-finite step, a spike, a stall or a divergence.
+    """What the run shows: a crash, a non-finite step, a spike, a stall or a divergence
+    (:func:`nanlab.judge.judge` against its own start), and at which step.
 
     >>> run = faults_mod.run_fault("nan_input", steps=60)  # doctest: +SKIP
     >>> symptom_of(run)  # doctest: +SKIP
     ('nonfinite', 40)
     """
-    if run.error:
-        return "error", run.error_step
-    bad = run.record.first_nonfinite_step
-    if bad is not None:
-        return "nonfinite", bad
-    losses = run.record.losses()
-    if not len(losses):
+    if not run.error and not len(run.record.losses()):
         raise NanlabError("this run has no steps to diagnose")
-    spikes = [s for s in find_spikes(losses) if s >= 10]
-    if spikes:
-        return "spike", spikes[0]
-    if is_stalled(losses):
-        return "stall", None
-    if final_loss(losses) > HEALTHY_FRACTION * losses[0]:
-        return "diverge", None
-    return "healthy", None
+    verdict = judge(run)
+    if verdict.kind != "error" and verdict.first_nonfinite is not None:
+        return "nonfinite", verdict.first_nonfinite  # even if a guard skipped it
+    return verdict.kind, verdict.step if verdict.kind in ("error", "spike") else None
 
 
 def health(run: faults_mod.FaultRun) -> tuple[bool, str]:
-    """Is a replay healthy? Judged on the whole loss curve, not only on finiteness.
+    """Is a replay healthy? Judged on the whole loss curve (:func:`nanlab.judge.judge`),
+    not only on finiteness.
 
     Returns (healthy, a sentence saying why).
 
@@ -166,20 +159,8 @@ def health(run: faults_mod.FaultRun) -> tuple[bool, str]:
     >>> ok  # doctest: +SKIP
     False
     """
-    kind, step = symptom_of(run)
-    losses = run.record.losses()
-    start, end = losses[0], final_loss(losses)
-    if kind == "error":
-        return False, f"crashed at step {step}: {run.error}"
-    if kind == "nonfinite":
-        return False, f"non-finite again at step {step}"
-    if kind == "spike":
-        back = recovery_steps(losses, step)
-        return False, (f"finite, but a spike at step {step} to {losses[step]:.2f}"
-                       + (f" (back in {back} steps)" if back else ""))
-    if kind in ("stall", "diverge"):
-        return False, f"finite, but the loss went {start:.2f} -> {end:.3g} ({kind})"
-    return True, f"finite and learning: loss {start:.2f} -> {end:.3g}"
+    verdict = judge(run)
+    return verdict.healthy, verdict.reason
 
 
 class _Replayer:
@@ -203,19 +184,11 @@ class _Replayer:
         trainer = self.build(config)
         for fix in objs:
             fix.install(trainer)
-        trainer.add_callback("on_step_end", self._stop_early)
+        trainer.add_callback("on_step_end",
+                             stop_early(nonfinite_streak=STREAK, until_step=self.horizon))
         run = faults_mod.execute(trainer, fixes=list(fixes))
         self.cache[fixes] = run
         return run
-
-    def _stop_early(self, trainer: Trainer, info) -> None:
-        rows = trainer.record.steps
-        if not info.row["finite"] and not info.skip:
-            trainer.stop_requested = True  # the weights are poisoned: verdict known
-        elif len(rows) >= 10 and not any(r["finite"] for r in rows[-10:]):
-            trainer.stop_requested = True
-        elif trainer.step >= self.horizon:
-            trainer.stop_requested = True
 
 
 # -- the SOP steps -------------------------------------------------------------------
@@ -298,8 +271,10 @@ def _lr_jump(record: RunRecord, near: int | None) -> str | None:
     return f"the recorded LR jumps {ratio[j - 1]:.0f}x at step {j} ({lr[j-1]:.3g} -> {lr[j]:.3g})"
 
 
-def _init_and_eps(run) -> tuple[str | None, str]:
-    """Look at the model itself: weight scale at step 0, norm eps, dead activations."""
+def _init_and_eps(run) -> tuple[str | None, str | None, str]:
+    """Look at the model itself: weight scale at step 0, norm eps, dead activations.
+
+    Returns (fault family, the fault within it when it can be told, the evidence)."""
     trainer = run.trainer
     model = trainer.model
     notes = []
@@ -315,12 +290,12 @@ def _init_and_eps(run) -> tuple[str | None, str]:
     big = {k: std for k, std in stds.items() if std * math.sqrt(weights[k].shape[-1]) > 3.0}
     has_norms = any(isinstance(m, nn.LayerNorm) or hasattr(m, "impl") for m in model.modules())
     if eps and min(eps) < 1e-6:
-        return "tiny_eps", (f"a norm has eps = {min(eps):g}: a row with zero variance "
+        return "tiny_eps", None, (f"a norm has eps = {min(eps):g}: a row with zero variance "
                             "gives 0 / sqrt(0 + eps) = 0 / 0")
     if big:
         name, std = max(big.items(), key=lambda kv: kv[1])
         note = "" if has_norms else " and there is no LayerNorm to rescale the activations"
-        return "bad_init", (f"{len(big)} weight matrices start with std * sqrt(fan_in) > 3 "
+        return "bad_init", None, (f"{len(big)} weight matrices start with std * sqrt(fan_in) > 3 "
                             f"(largest: {name}, std {std:.3g}){note}")
     acts = {type(m).__name__ for m in model.modules()}
     if "Sigmoid" in acts:
@@ -333,9 +308,10 @@ def _init_and_eps(run) -> tuple[str | None, str]:
         notes.append(f"{len(dead)} ReLU layers output exactly 0 at every recorded step (dead)")
     if not has_norms:
         notes.append("no LayerNorm anywhere")
-    if notes:
-        return "myth", "; ".join(notes)
-    return None, f"init scale normal, norm eps >= {min(eps) if eps else 'n/a'}"
+    if notes:  # dead units come from their init (the bias); a sigmoid chain from its block
+        kind = "dead_relu" if dead else "sigmoid_chain" if "Sigmoid" in acts else None
+        return "myth", kind, "; ".join(notes)
+    return None, None, f"init scale normal, norm eps >= {min(eps) if eps else 'n/a'}"
 
 
 # -- the procedure -------------------------------------------------------------------
@@ -378,7 +354,8 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     f = _check_data(run, step)
     findings.append(f)
     if f.verdict == "cause":
-        cause, fix = "dirty_data", "validate_data"
+        cause = "dirty_data"
+        fix = cure_for(cause)
 
     # 2. AMP off / bf16
     if cause is None:
@@ -391,11 +368,9 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
                 bf16 = replay("bf16")
                 ok16, why16 = health(bf16) if bf16 is not None else (False, "n/a")
                 cause = detail = _precision_detail(loc)
-                fix = "bf16" if ok16 else "amp_off"
-                if detail == "adam_eps_fp16":
-                    fix = "grad_scaler"
-                elif detail == "softmax_overflow":
-                    fix = "stable_softmax"
+                fix = cure_for(cause)
+                if not {"amp_off": ok, "bf16": ok16}.get(fix, True):
+                    fix = "amp_off"  # the declared cure was replayed and failed; fp32 passed
                 findings.append(Finding("amp", "cause", f"fp32 replay: {why}; bf16 replay: "
                                                         f"{why16}"))
             else:
@@ -408,17 +383,20 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     if cause is None:
         jump = _lr_jump(run.record, step)
         if jump:
-            cause, detail, fix = "learning_rate", "lr_jump", None
+            cause, detail = "learning_rate", "lr_jump"
+            fix = cure_for(cause, detail)  # none declared: the loss recovers by itself
             findings.append(Finding("lr", "cause", jump + f"; the symptom follows at step {step}"))
         else:
             low = replay("lr_div10")
             ok, why = health(low)
             if ok:
-                cause, fix = "learning_rate", "lr_div10"
-                if config.warmup_steps == 0:
-                    warm = replay("warmup_cosine")
+                cause = "learning_rate"
+                fix = cure_for(cause)
+                warmup = cure_for(cause, "no_warmup")
+                if config.warmup_steps == 0 and warmup:
+                    warm = replay(warmup)
                     if warm is not None and health(warm)[0]:
-                        detail, fix = "no_warmup", "warmup_cosine"
+                        detail, fix = "no_warmup", warmup
                 findings.append(Finding("lr", "cause", f"LR {config.lr:g} / 10 replay: {why}"
                                         + (" (and warmup alone cures it: warmup was 0)"
                                            if detail == "no_warmup" else "")))
@@ -430,7 +408,8 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
         hist = _grad_history(run.record, step)
         if hist and hist[0] >= EXPLOSION_DECADES:
             decades, a, b = hist
-            cause, fix = "deep_explosion", "modern_block"
+            cause = "deep_explosion"
+            fix = cure_for(cause)
             findings.append(Finding("grad_norms", "cause",
                                     f"the global grad norm grew {decades:.1f} orders of "
                                     f"magnitude from step {a} to step {b}"))
@@ -441,14 +420,12 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
 
     # 5. init / eps
     if cause is None:
-        kind, text = _init_and_eps(run)
+        kind, kind_detail, text = _init_and_eps(run)
         if kind:
-            cause = kind
-            fix = {"tiny_eps": "norm_eps", "bad_init": "sane_init", "myth": "modern_block"}[kind]
-            if kind == "myth" and "dead" in text:
-                fix = "sane_init"  # the dead units come from their init (the bias)
+            cause, detail = kind, kind_detail
+            fix = cure_for(kind, kind_detail)
             if kind == "myth" and symptom != "stall":
-                cause = None
+                cause = detail = None
         findings.append(Finding("init_eps", "cause" if cause else "ruled out", text))
 
     # prove the fix

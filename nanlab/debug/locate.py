@@ -40,7 +40,6 @@ with the record, and a mismatch is reported instead of silently ignored.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import warnings
 from collections.abc import Callable
@@ -52,7 +51,7 @@ import torch
 from nanlab.debug.trace import MAX_EVENTS, PASSES, Event, _Tracer
 from nanlab.errors import NanlabError, check_range
 from nanlab.record import RunRecord
-from nanlab.train import Trainer
+from nanlab.train import StepInfo, Trainer
 
 
 # ---------------------------------------------------------------------------------------
@@ -410,42 +409,43 @@ def _pick_checkpoint(trainer: Trainer, target: int) -> tuple[int, dict, list[int
 class _Saved:
     state: dict
     record: RunRecord
-    config: Any
-    loss_fn: Callable
     skip_batches: set[int]
     stop: tuple[bool, str]
     callbacks: dict[str, list[Callable]]
 
 
 def _save(trainer: Trainer) -> _Saved:
-    return _Saved(copy.deepcopy(trainer.state_dict()), trainer.record, trainer.config,
-                  trainer.loss_fn, set(trainer.skip_batches),
-                  (trainer.stop_requested, trainer.stop_reason),
+    return _Saved(copy.deepcopy(trainer.state_dict()), trainer.record,
+                  set(trainer.skip_batches), (trainer.stop_requested, trainer.stop_reason),
                   {k: list(v) for k, v in trainer.callbacks.items()})
 
 
 def _prepare(trainer: Trainer) -> None:
-    """A scratch record, no per-layer statistics (they read, never change, the numbers)."""
+    """A scratch record: the replayed steps, and whatever the callbacks log about them
+    (a guard's events, a stop), must not enter the run's history. No stop pending."""
     trainer.record = RunRecord()
-    trainer.config = dataclasses.replace(trainer.config, record_every=0)
-    trainer.stop_requested = False
+    trainer.stop_requested, trainer.stop_reason = False, ""
 
 
 def _put_back(trainer: Trainer, saved: _Saved) -> None:
     trainer.load_state_dict(saved.state)
-    trainer.record, trainer.config, trainer.loss_fn = saved.record, saved.config, saved.loss_fn
-    trainer.skip_batches = saved.skip_batches
+    trainer.record, trainer.skip_batches = saved.record, saved.skip_batches
     trainer.stop_requested, trainer.stop_reason = saved.stop
     trainer.callbacks = saved.callbacks
 
 
-def _use_batch_of(trainer: Trainer, row: dict | None, skip_batches: set[int]) -> None:
-    """Make the next train_step read the batch the record says this step used."""
+def _batch_of(trainer: Trainer, row: dict | None) -> int:
+    """The batch the record says this step used (a rollback may have changed the skip
+    list since), else the trainer's next one."""
     if row is not None and row.get("batch") is not None:
-        trainer.data_position = int(row["batch"])
-        trainer.skip_batches = set()
-    else:
-        trainer.skip_batches = set(skip_batches)
+        return int(row["batch"])
+    return trainer.next_batch_index()
+
+
+def _replayed_step(trainer: Trainer, row: dict | None, **watch) -> StepInfo:
+    """One step as the record says it ran; no per-layer statistics (they read the numbers,
+    never change them, and their own ops would show in the op trace)."""
+    return trainer.train_step(_batch_of(trainer, row), record_layers=False, **watch)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -471,12 +471,10 @@ def _replay_until(trainer: Trainer, start: int, target: int, rows: dict[int, dic
     Returns the step to locate: ``target``, or an earlier step that left a non-finite
     weight / optimizer state behind (or crashed), which is then restored to run again.
     """
-    skip = set(trainer.skip_batches)
     for s in range(start, target):
         before = copy.deepcopy(trainer.state_dict())
-        _use_batch_of(trainer, rows.get(s), skip)
         try:
-            info = trainer.train_step()
+            info = _replayed_step(trainer, rows.get(s))
         except Exception as e:  # the record says it ran: not reproducible
             loc.mismatches.append(f"step {s}: crashed in replay ({type(e).__name__}: {e}) "
                                   "but the record has it")
@@ -503,33 +501,28 @@ def _run_target(trainer: Trainer, target: int, row: dict | None, loc: Location,
                 ops: bool, max_events: int) -> None:
     """Run the target step with every hook on, and fill ``loc`` in."""
     before = copy.deepcopy(trainer.state_dict())
-    skip = set(trainer.skip_batches)
+    loc.batch = _batch_of(trainer, row)
     for attempt in ("full", "no module backward hooks"):
         tracer = _Tracer(trainer, module_backward_hooks=attempt == "full", ops=ops,
                          max_events=max_events)
-        loss_fn = trainer.loss_fn
 
-        def watched(model, batch, _tracer=tracer, _loss_fn=loss_fn):
+        def watched(model, batch, _tracer=tracer, _loss_fn=trainer.loss_fn):
             _tracer.check_batch(batch)
             loss = _loss_fn(model, batch)
             _tracer.check_loss(loss)
             return loss
 
-        trainer.loss_fn = watched
         trainer.callbacks["on_after_backward"].append(tracer.check_grad_norm)
-        _use_batch_of(trainer, row, skip)
-        loc.batch = trainer.next_batch_index()
         info, error = None, None
         try:
             with warnings.catch_warnings(), tracer:
                 # modules whose inputs need no grad (the embeddings) still get their hook
                 warnings.filterwarnings("ignore", message="Full backward hook is firing")
-                info = trainer.train_step()
+                info = _replayed_step(trainer, row, loss_fn=watched)
         except Exception as e:
             error = e
         finally:
             tracer.remove()
-            trainer.loss_fn = loss_fn
             trainer.callbacks["on_after_backward"].remove(tracer.check_grad_norm)
         if attempt == "full" and error is not None and "BackwardHookFunction" in str(error):
             # an in-place op on a module's output: full backward hooks cannot wrap it

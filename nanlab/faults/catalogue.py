@@ -37,6 +37,7 @@ import torch
 
 from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError, check_choice, check_range
+from nanlab.judge import FAILURES
 
 if TYPE_CHECKING:
     from nanlab.faults.inject import Injection
@@ -48,7 +49,7 @@ SOP_STEPS = {
     "grad_norms": "4. read the per-layer grad-norm history",
     "init_eps": "5. check init scale and norm eps",
 }
-SIGNATURES = ("nonfinite", "error", "spike", "diverge", "stall")
+SIGNATURES = FAILURES  # a fault's signature is what nanlab.judge says of its run
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,29 @@ def get_fault(name: str) -> Fault:
     """
     check_choice("fault", name, sorted(FAULTS))
     return FAULTS[name]
+
+
+def cure_for(family: str, detail: str | None = None) -> str | None:
+    """The fix that cures a fault family, read from what the registered faults declare.
+
+    ``detail`` names one fault of the family (e.g. "no_warmup" in "learning_rate"):
+    its own cure. Otherwise the cure most faults of the family declare (ties: the one
+    registered first). None: the family's faults recover by themselves. So a newly
+    registered fault's cure is what ``diagnose`` proves, without editing diagnose.
+
+    >>> cure_for("dirty_data"), cure_for("learning_rate"), cure_for("learning_rate", "no_warmup")
+    ('validate_data', 'lr_div10', 'warmup_cosine')
+    >>> print(cure_for("learning_rate", "lr_jump"))
+    None
+    """
+    members = [f for f in FAULTS.values() if f.family == family]
+    if not members:
+        check_choice("family", family, sorted({f.family for f in FAULTS.values()}))
+    named = [f for f in members if f.name == detail]
+    if named:
+        return named[0].cure
+    cures = [f.cure for f in members if f.cure is not None]
+    return max(cures, key=cures.count) if cures else None
 
 
 AT_STEP = Param(40, 0, 100_000, help="the step (batch index) at which the bad batch arrives")

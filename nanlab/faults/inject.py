@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from nanlab.batches import replace_tensor, tensor_at, tensor_paths
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import get_fault
 
@@ -20,45 +21,21 @@ from nanlab.faults.catalogue import get_fault
 # Where a fault reaches into a run: the batch source, the optimizer's LR, the weights.
 # ---------------------------------------------------------------------------------------
 def _find(batch: Any, key: str | int | None, want_float: bool):
-    """The (container key, tensor) in a batch: a named field, a dict key, a tuple index, or
-    by default the first float tensor (inputs) or the last integer tensor (labels)."""
+    """The (path, tensor) in a batch: a named field, a dict key, a tuple index, or by
+    default the first float tensor (inputs) or the last integer tensor (labels) of the
+    batch's own items, else of the tensors nested deeper (nanlab.batches walks them)."""
     if key is not None:
-        if isinstance(batch, dict):
-            return key, batch[key]
-        if isinstance(key, int):
-            return key, batch[key]
-        return key, getattr(batch, key)
-    if hasattr(batch, "__dataclass_fields__"):
-        items = [(k, getattr(batch, k)) for k in batch.__dataclass_fields__]
-    elif isinstance(batch, dict):
-        items = list(batch.items())
-    elif isinstance(batch, (list, tuple)):
-        items = list(enumerate(batch))
-    else:
-        items = [(None, batch)]
-    tensors = [(k, v) for k, v in items if isinstance(v, torch.Tensor)]
-    floats = [(k, v) for k, v in tensors if v.is_floating_point()]
-    ints = [(k, v) for k, v in tensors if not v.is_floating_point()]
-    found = floats[:1] if want_float else ints[-1:]
-    if not found:
-        kind = "floating-point input" if want_float else "integer label"
-        raise NanlabError(f"this fault needs a batch with a {kind} tensor; got "
-                          f"{type(batch).__name__}; name it with inputs=/labels=")
-    return found[0]
-
-
-def _put(batch: Any, key, value: torch.Tensor) -> Any:
-    if key is None:
-        return value
-    if isinstance(batch, dict):
-        return {**batch, key: value}
-    if isinstance(batch, tuple):
-        return tuple(value if i == key else v for i, v in enumerate(batch))
-    if isinstance(batch, list):
-        return [value if i == key else v for i, v in enumerate(batch)]
-    import dataclasses
-
-    return dataclasses.replace(batch, **{key: value})
+        return (key,), tensor_at(batch, (key,))
+    every = list(tensor_paths(batch))
+    for pool in ([(p, t) for p, t in every if len(p) <= 1], every):
+        floats = [(p, t) for p, t in pool if t.is_floating_point()]
+        ints = [(p, t) for p, t in pool if not t.is_floating_point()]
+        found = floats[:1] if want_float else ints[-1:]
+        if found:
+            return found[0]
+    kind = "floating-point input" if want_float else "integer label"
+    raise NanlabError(f"this fault needs a batch with a {kind} tensor; got "
+                      f"{type(batch).__name__}; name it with inputs=/labels=")
 
 
 class Injection:
@@ -108,13 +85,13 @@ class Injection:
     def edit_inputs(self, at_step: int, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         def apply(batch):
             key, x = _find(batch, self.inputs, want_float=True)
-            return _put(batch, key, fn(x.clone()))
+            return replace_tensor(batch, key, fn(x.clone()))
         self.on_batch(at_step, apply)
 
     def edit_labels(self, at_step: int, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         def apply(batch):
             key, y = _find(batch, self.labels, want_float=False)
-            return _put(batch, key, fn(y.clone()))
+            return replace_tensor(batch, key, fn(y.clone()))
         self.on_batch(at_step, apply)
 
     def set_lr_factor(self, factor: float, from_step: int = 0, until_step: int | None = None):

@@ -1,10 +1,10 @@
 """The fault x fix matrix: every fault run against every fix, measured.
 
 Each cell is a real run of the toy model (same seed, same number of steps) with one
-fault and one fix. Its outcome:
+fault and one fix, judged by :func:`nanlab.judge.judge` against the clean run. Its outcome:
 
-- ``cured``: no crash, no non-finite step, no spike, and the final loss is close to
-  the clean run's;
+- ``cured``: no crash, no non-finite step, no spike, no stall, and the final loss is
+  close to the clean run's (at most 3x it + 0.25);
 - ``contained``: non-finite steps happened, but every one was skipped before it
   reached the weights, and the run ended close to the clean one (the symptom is
   handled, the cause is still there);
@@ -31,12 +31,18 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from nanlab import faults as faults_mod
+from nanlab.errors import check_range
 from nanlab.faults import fixes as fixes_mod
-from nanlab.signals import final_loss, find_spikes, is_stalled, recovery_steps
+from nanlab.faults.catalogue import FAULTS, get_fault
+from nanlab.faults.run import FaultRun, fault_config, run_fault
+from nanlab.judge import STREAK
+from nanlab.judge import judge as judge_run
+from nanlab.signals import final_loss
+from nanlab.train import stop_early
 
 MATRIX_STEPS = 200
-NONFINITE_STREAK = 10  # stop a run after this many non-finite steps in a row
+NONFINITE_STREAK = STREAK  # stop a run after this many non-finite steps in a row (the
+# judge's "every step non-finite": nothing after that can be a cure)
 
 
 @dataclass
@@ -59,58 +65,28 @@ class Cell:
     steps_run: int = 0
 
 
-def judge(run: faults_mod.FaultRun, clean_final: float, signature: str) -> tuple[str, str]:
-    """Outcome and evidence of one run, against the clean run's final loss.
+def judge(run: FaultRun, clean_final: float, signature: str | None = None
+          ) -> tuple[str, str]:
+    """Outcome and evidence of one run, against the clean run's final loss: the cell's
+    word for :func:`nanlab.judge.judge`'s verdict ("cured", "contained", "not cured").
 
-    >>> run = faults_mod.run_fault("nan_input", steps=60)  # doctest: +SKIP
-    >>> judge(run, clean_final=0.03, signature="nonfinite")  # doctest: +SKIP
+    ``signature`` (the fault's) is not needed any more: a spike or a stall fails any cell.
+
+    >>> run = run_fault("nan_input", steps=60)  # doctest: +SKIP
+    >>> judge(run, clean_final=0.03)  # doctest: +SKIP
     ('not cured', 'non-finite at step 40, reached the weights')
     """
-    if run.error:
-        return "not cured", f"crashed at step {run.error_step}: {run.error}"
-    steps = run.record.steps
-    losses = run.record.losses()
-    bad = [r for r in steps if not r["finite"]]
-    poisoned = [r for r in bad if not r["skipped"]]
-    if poisoned:
-        weights_finite = all(bool(p.isfinite().all()) for p in run.trainer.model.parameters())
-        # A NaN loss need not poison the weights: with every target masked the loss is
-        # 0 / 0 but the gradient is 0, so the update is finite.
-        where = "the weights stayed finite" if weights_finite else "reached the weights"
-        return "not cured", f"non-finite at step {poisoned[0]['step']}, {where}"
-    end = final_loss(losses)
-    if len(bad) >= NONFINITE_STREAK and all(not r["finite"] for r in steps[-NONFINITE_STREAK:]):
-        return "not cured", f"every step non-finite from step {bad[0]['step']} (all skipped)"
-    tolerance = 3 * clean_final + 0.25
-    if signature == "stall" and is_stalled(losses):
-        return "not cured", f"stalled: loss {losses[0]:.2f} -> {end:.2f}"
-    if end > tolerance:
-        return "not cured", f"finite, but final loss {end:.3g} vs clean {clean_final:.3g}"
-    spikes = [s for s in find_spikes(losses) if s >= 10]
-    if signature == "spike" and spikes:
-        back = recovery_steps(losses, spikes[0])
-        return "not cured", (f"spike at step {spikes[0]} to {losses[spikes[0]]:.2f}"
-                             + (f", back in {back} steps" if back else ""))
-    if bad:
-        return "contained", (f"{len(bad)} non-finite step(s) from step {bad[0]['step']}, "
-                             f"all skipped; final loss {end:.3g}")
-    return "cured", f"final loss {end:.3g} (clean {clean_final:.3g})"
-
-
-def _stop_on_streak(trainer, info) -> None:
-    rows = trainer.record.steps[-NONFINITE_STREAK:]
-    if len(rows) == NONFINITE_STREAK and not any(r["finite"] for r in rows):
-        trainer.stop_requested = True
-        trainer.stop_reason = f"{NONFINITE_STREAK} non-finite steps in a row"
+    verdict = judge_run(run, clean=clean_final)
+    return verdict.outcome, verdict.reason
 
 
 def _measure(fault: str | None, fixes: list[str], steps: int, seed: int):
     import torch
 
     torch.set_num_threads(1)  # one process per core
-    return faults_mod.run_fault(fault, fixes=fixes, steps=steps, seed=seed,
-                                stop_when_poisoned=True,
-                                callbacks=[("on_step_end", _stop_on_streak)])
+    return run_fault(fault, fixes=fixes, steps=steps, seed=seed,
+                                callbacks=[("on_step_end",
+                                            stop_early(nonfinite_streak=NONFINITE_STREAK))])
 
 
 def run_cell(fault: str, fix: str | None, steps: int, seed: int, clean_final: float) -> Cell:
@@ -120,10 +96,10 @@ def run_cell(fault: str, fix: str | None, steps: int, seed: int, clean_final: fl
     ...          clean_final=0.03).outcome  # doctest: +SKIP
     'cured'
     """
-    if fix is not None and not fixes_mod.get_fix(fix).applies(faults_mod.fault_config(fault)):
+    if fix is not None and not fixes_mod.get_fix(fix).applies(fault_config(fault)):
         return Cell(fault, fix, "n/a", "the fix changes nothing in this run")
     run = _measure(fault, [fix] if fix else [], steps, seed)
-    outcome, evidence = judge(run, clean_final, faults_mod.get_fault(fault).signature)
+    outcome, evidence = judge(run, clean_final)
     end = final_loss(run.record.losses())
     return Cell(fault, fix, outcome, evidence, run.first_bad_step,
                 round(end, 4) if np.isfinite(end) else None, len(run.record.steps))
@@ -193,14 +169,16 @@ def fault_fix_matrix(faults=None, fixes=None, *, steps: int = MATRIX_STEPS, seed
     ...                      workers=1, progress=False)  # doctest: +SKIP
     >>> print(m.table())  # doctest: +SKIP
     """
-    faults = list(faults or faults_mod.FAULTS)
+    faults = list(faults or FAULTS)
     fixes = list(fixes or fixes_mod.FIXES)
     for name in faults:
-        faults_mod.get_fault(name)
+        get_fault(name)
     for name in fixes:
         fixes_mod.get_fix(name)
     clean_final = final_loss(_measure(None, [], steps, seed).record.losses())
     jobs = [(f, x, steps, seed, clean_final) for f in faults for x in [None, *fixes]]
+    if workers is not None:
+        check_range("workers", workers, 1, integer=True)
     workers = workers or min(4, os.cpu_count() or 1)
     bar = tqdm(total=len(jobs), desc="matrix", unit="run", disable=not progress)
     cells = []

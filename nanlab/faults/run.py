@@ -8,7 +8,7 @@ from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import get_fault
 from nanlab.faults.inject import Injection
 from nanlab.record import RunRecord
-from nanlab.train import TrainConfig, Trainer
+from nanlab.train import TrainConfig, Trainer, stop_if_poisoned
 
 
 # ---------------------------------------------------------------------------------------
@@ -79,6 +79,7 @@ def run_fault(name: str | None, *, fixes=(), base: TrainConfig | None = None,
     if not fault and params:
         raise NanlabError(f"parameters {sorted(params)} given without a fault")
     config = base.replace(**fault.conditions(p)) if fault else base
+    fixes = [fixes] if isinstance(fixes, str) else list(fixes)  # one name, not its letters
     fix_objs = [fixes_mod.get_fix(f) for f in fixes]
     for fix in fix_objs:
         changed = fix.configure(config)
@@ -93,7 +94,7 @@ def run_fault(name: str | None, *, fixes=(), base: TrainConfig | None = None,
     for fix in fix_objs:
         fix.install(trainer)
     if stop_when_poisoned:
-        trainer.add_callback("on_step_end", _stop_if_poisoned)
+        trainer.add_callback("on_step_end", stop_if_poisoned)
     for event, fn in callbacks:
         trainer.add_callback(event, fn)
     return execute(trainer, name, p, list(fixes))
@@ -145,11 +146,3 @@ def execute(trainer: Trainer, name: str | None = None, params: dict | None = Non
         trainer.record.log_event("error", trainer.step, error=error)
         trainer.record.flush()
     return FaultRun(name, params or {}, fixes or [], trainer.record, trainer, error, error_step)
-
-
-def _stop_if_poisoned(trainer: Trainer, info) -> None:
-    if not info.row["finite"] and not info.skip:
-        trainer.stop_requested = True
-        trainer.stop_reason = "a non-finite update reached the weights"
-
-

@@ -484,7 +484,7 @@ class Guard:
             return  # GradScaler, scaler.step still sees the first pass's inf and skips
         info.skip, info.skip_reason = True, f"guard: {d.reason}"
         if d.action == "stop":
-            trainer.stop_requested, trainer.stop_reason = True, f"guard: {d.reason}"
+            trainer.request_stop(f"guard: {d.reason}")
         elif d.action == "rollback":
             self._pending = d  # the trainer finishes the step first; then we go back
 
@@ -528,30 +528,13 @@ class Guard:
     def _rerun_in_trainer(self, trainer, info) -> tuple[float, float]:
         """The step again, as the trainer ran it: same weights, optimizer state, batch and
         RNG (the update has not happened yet); the gradients are replaced in place."""
-        from nanlab.train import global_grad_norm
-
         if self._rng is not None:
             cpu, cuda = self._rng
             torch.set_rng_state(cpu)
             if cuda is not None:
                 torch.cuda.set_rng_state(cuda, trainer.device)
-        with trainer.autocast():
-            loss = trainer.loss_fn(trainer.model, info.batch)
-        trainer.optimizer.zero_grad(set_to_none=True)
-        if trainer.scaler is not None:  # scale and unscale by hand: unscale_() runs once
-            scale = trainer.scaler.get_scale()
-            (loss * scale).backward()
-            for p in trainer.params:
-                if p.grad is not None:
-                    p.grad.div_(scale)
-        else:
-            loss.backward()
-        clip = trainer.config.grad_clip
-        norm = (torch.nn.utils.clip_grad_norm_(trainer.params, clip) if clip > 0
-                else global_grad_norm(trainer.params))
-        values = torch.stack([loss.detach().float().cpu(), norm.detach().float().cpu()])
-        loss2, norm2 = values.tolist()
-        return loss2, norm2
+        again = trainer.forward_backward(info.batch)
+        return again.loss_value, again.grad_norm_value
 
     # -- a plain loop --------------------------------------------------------------------
     def watch(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -1,0 +1,123 @@
+"""Everything that decides a run, in one dataclass, with the reason beside each knob.
+
+The trainer (:mod:`nanlab.train`) reads it; the manifest of every run stores it, so a
+run folder can be rebuilt and replayed exactly (``TrainConfig.from_dict``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from nanlab.errors import NanlabError, check_choice, check_range
+from nanlab.model import GPTConfig
+
+PRECISIONS = ("fp32", "fp16", "bf16", "fp16-pure")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a run. Defaults give the clean baseline.
+
+    >>> config = TrainConfig(steps=100, lr=5e-2, warmup_steps=0, precision="fp16")
+    >>> config.replace(lr=5e-3, model={"n_layer": 4}).model.n_layer   # a changed copy
+    4
+    >>> TrainConfig(precision="fp8")
+    Traceback (most recent call last):
+    ...
+    nanlab.errors.NanlabError: precision='fp8' is not allowed; choose one of ...
+    """
+
+    steps: int = 200
+    seed: int = 0
+    device: str = "auto"  # "auto" picks CUDA when present, else the CPU
+    # fp32; fp16 = fp16 autocast (+ GradScaler); bf16 = bf16 autocast (fp32's range,
+    # no scaler needed); fp16-pure = the whole model and optimizer state in fp16.
+    precision: str = "fp32"
+    grad_scaler: bool | None = None  # None: on for fp16 autocast, off otherwise
+    optimizer: str = "adamw"  # "adamw" | "sgd" (with momentum)
+    lr: float = 5e-3
+    # Warmup: the LR ramps up linearly over the first steps, while Adam's second-moment
+    # estimate is still noisy and a full-size update can throw the weights off.
+    warmup_steps: int = 20
+    schedule: str = "cosine"  # "cosine" decays to min_lr_ratio * lr; "constant" does not
+    decay_steps: int | None = None  # cosine length; None = steps
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8  # below fp16's smallest subnormal (~6e-8): rounds to 0 in fp16
+    momentum: float = 0.9  # SGD only
+    # Clip the global grad norm to this value; 0 turns clipping off (the default, so
+    # the course can show what clipping does and does not cure).
+    grad_clip: float = 0.0
+    batch_size: int = 32
+    # Fraction of sequences that are short and padded with model.pad_id (which must be
+    # the last token id, model.vocab_size - 1); 0 = no padding.
+    pad_prob: float = 0.0
+    z_loss: float = 0.0  # weight of the z-loss, z * log(Z)^2 (PaLM used 1e-4); 0 = off
+    # "torch" is F.cross_entropy (log-softmax with the max subtracted); "naive" is the
+    # hand-written -log(exp(l_y) / sum(exp(l))) of many custom losses: exp overflows once
+    # a logit passes ~88.7 in fp32, but ~11.1 in fp16.
+    loss_impl: str = "torch"
+    checkpoint_every: int = 50  # 0 = no checkpoints
+    record_every: int = 10  # per-layer statistics every this many steps; 0 = never
+    out_dir: str | None = None  # None keeps everything in memory
+    progress: bool = True
+    model: GPTConfig = field(default_factory=GPTConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, dict):
+            self.model = GPTConfig(**self.model)
+        if not isinstance(self.model, GPTConfig):
+            raise NanlabError(f"model={self.model!r} is not allowed; give a GPTConfig or a dict "
+                              "of its fields")
+        if self.grad_scaler not in (None, True, False):
+            raise NanlabError(f"grad_scaler={self.grad_scaler!r} is not allowed; choose None "
+                              "(on for fp16 autocast), True or False")
+        check_range("seed", self.seed, 0, 2**63 - 1, integer=True)  # torch.manual_seed's range
+        for name, low in (("steps", 1), ("warmup_steps", 0), ("batch_size", 2),
+                          ("checkpoint_every", 0), ("record_every", 0)):
+            check_range(name, getattr(self, name), low, integer=True)
+        if self.decay_steps is not None:
+            check_range("decay_steps", self.decay_steps, 1, integer=True)
+        for name, high in (("lr", 1e6), ("min_lr_ratio", 1.0), ("weight_decay", 10.0),
+                           ("beta1", 1.0), ("beta2", 1.0), ("adam_eps", 1.0), ("momentum", 1.0),
+                           ("grad_clip", None), ("pad_prob", 1.0), ("z_loss", 1.0)):
+            check_range(name, getattr(self, name), 0.0, high)
+        for name, allowed in (("precision", PRECISIONS), ("optimizer", ["adamw", "sgd"]),
+                              ("schedule", ["cosine", "constant"]),
+                              ("loss_impl", ["torch", "naive"])):
+            check_choice(name, getattr(self, name), allowed)
+        if self.pad_prob and self.model.pad_id != self.model.vocab_size - 1:
+            raise NanlabError(
+                f"pad_prob={self.pad_prob} needs model.pad_id = model.vocab_size - 1 = "
+                f"{self.model.vocab_size - 1}; got pad_id={self.model.pad_id}")
+        if not isinstance(self.device, str) or not (
+            self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")
+        ):
+            raise NanlabError(f"device={self.device!r} is not allowed; "
+                              "choose 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        if self.precision == "fp16-pure" and self.grad_scaler:
+            raise NanlabError("grad_scaler=True is not allowed with precision='fp16-pure': "
+                              "GradScaler cannot unscale fp16 gradients; use precision='fp16'")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise NanlabError(f"unknown TrainConfig field(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**d)
+
+    def replace(self, **changes) -> TrainConfig:
+        """A copy with some fields changed; ``model=`` may be a dict of GPTConfig changes."""
+        model = changes.pop("model", None)
+        if isinstance(model, dict):
+            changes["model"] = dataclasses.replace(self.model, **model)
+        elif model is not None:
+            changes["model"] = model
+        return dataclasses.replace(self, **changes)

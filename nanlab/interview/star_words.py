@@ -1,0 +1,180 @@
+"""The wording of a STAR story: what it says about each root cause, kept apart from the logic."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+_SOP_SHORT = {
+    "data": "data (数据检查)",
+    "amp": "AMP off (关闭混合精度)",
+    "lr": "LR / 10 (降低学习率)",
+    "grad_norms": "grad norms (梯度范数)",
+    "init_eps": "init / eps (初始化 / eps)",
+}
+_VERDICT_WORDS = {"cause": "the cause", "ruled out": "ruled out", "skipped": "not needed"}
+
+
+@dataclass(frozen=True)
+class _Words:
+    """How a story talks about one root cause."""
+
+    name: str  # the root cause, as a noun phrase
+    mechanism: str  # how it made the failure, one sentence
+    why_fix: str  # why the fix is the cure and not a workaround
+    prevention: str  # what keeps it from coming back
+    on_error: str = ""  # the mechanism when the run crashed instead (if it can)
+
+
+_CAUSE_WORDS: dict[str, _Words] = {
+    "dirty_data": _Words(
+        "dirty data (脏数据) in one batch",
+        "one bad batch (a non-finite input, an illegal label, a fully masked target or a "
+        "zero std) poisons the loss at the step it arrives, and a single optimizer step then "
+        "writes NaN into the weights, so every later step is NaN too",
+        "it removes the cause at the source: the bad batch is caught before the model sees "
+        "it, so the learning rate and the precision stay as they were",
+        "data assertions (数据校验) right after the loader: torch.isfinite on float inputs, "
+        "labels in range, at least one unmasked target, std.clamp_min(eps) when "
+        "normalising; a bad batch is logged and skipped, not trained on",
+        "one bad batch carried a label outside the class range; PyTorch's cross-entropy "
+        "checks the range and raises (a device-side assert on CUDA), so this kind of dirty "
+        "data is loud, not a silent NaN",
+    ),
+    "learning_rate": _Words(
+        "a learning rate too high for this model (学习率过大)",
+        "the oversized updates grow the weights until activations or attention scores "
+        "overflow; in fp16 that shows up as inf and then NaN, in fp32 as a loss that climbs "
+        "instead of falling",
+        "the data and the precision were ruled out first, and a tenth of the LR trains "
+        "cleanly on the same seed: the step size is the cause, not a side effect",
+        "warmup (学习率预热) plus cosine decay, a short LR range test before a long run, "
+        "gradient clipping (梯度裁剪) at max_norm 1.0 as a safety net, and a spike detector "
+        "on the loss and the grad norm",
+    ),
+    "no_warmup": _Words(
+        "a high learning rate with no warmup (缺少学习率预热)",
+        "the first Adam steps were full size while the second-moment estimate was still "
+        "noise, which threw the fresh weights far off",
+        "warmup keeps the peak LR and only ramps up to it, so the noisy first steps stay "
+        "small; lowering the LR for the whole run would have cost speed for nothing",
+        "warmup (学习率预热) plus cosine decay as the default schedule, gradient clipping "
+        "(梯度裁剪) at 1.0, and a spike detector on the first hundred steps",
+    ),
+    "lr_jump": _Words(
+        "a learning-rate schedule glitch (学习率调度错误)",
+        "the recorded LR jumped for a few steps; the burst of oversized updates knocked the "
+        "model off its solution",
+        "fixing the schedule removes the burst at its source; the model, the data and the "
+        "precision need no change",
+        "log and plot the LR every step, unit-test the scheduler (warmup, decay, resume), "
+        "and alert on an LR change larger than the schedule allows",
+    ),
+    "fp16_overflow": _Words(
+        "FP16 overflow under mixed precision (混合精度 / FP16 溢出)",
+        "a value passed fp16's maximum of 65504 and became inf, and inf - inf or inf / inf "
+        "then gave NaN; in fp32 and bf16 (max about 3.4e38) the same values fit",
+        "bf16 has fp32's exponent range, so the value that overflowed now fits, and it needs "
+        "no loss scaling",
+        "bf16 where the hardware has it; otherwise torch.amp.GradScaler (损失缩放), "
+        "numerically stable ops (log_softmax, a max-subtracted softmax) and fp32 for the ops "
+        "that overflow; plot activation abs-max against 65504",
+    ),
+    "softmax_overflow": _Words(
+        "a naive softmax overflowing in FP16 (softmax 溢出)",
+        "exp(x) of a score above about 11.1 overflows fp16 to inf, and inf / inf is NaN",
+        "the stable softmax subtracts the row max before exp, so every exp is at most 1: the "
+        "same function, computed so it cannot overflow, and fp16 keeps its speed",
+        "F.softmax or scaled_dot_product_attention instead of a hand-written softmax, "
+        "QK-LayerNorm or z-loss for large models, and a dashboard of the largest attention "
+        "logit",
+    ),
+    "position_overflow": _Words(
+        "position ids overflowing FP16 in the sinusoidal encoding (位置编码溢出)",
+        "an absolute position past 65504 does not fit in fp16: it became inf, and sin(inf) "
+        "is NaN",
+        "in bf16 (or fp32) the position fits and the encoding is finite again",
+        "compute positional encodings in fp32, reset positions per window, and assert the "
+        "largest position id against the dtype's range",
+    ),
+    "adam_eps_fp16": _Words(
+        "Adam's eps underflowing to 0 in pure FP16 (eps 下溢)",
+        "eps = 1e-8 is below fp16's smallest subnormal (about 6e-8) and rounds to 0, so the "
+        "update m / (sqrt(v) + eps) divided by zero and wrote inf or NaN into the weights",
+        "fp16 autocast with a GradScaler keeps fp32 master weights and optimizer state, "
+        "where 1e-8 is representable",
+        "keep optimizer state and master weights in fp32 (autocast, not model.half()), and "
+        "choose eps in the dtype of the optimizer state",
+    ),
+    "bad_init": _Words(
+        "a bad initialisation (初始化不当)",
+        "weights far too large for their fan-in, in a stack without LayerNorm, multiplied "
+        "the activations layer after layer until they overflowed",
+        "a scaled init (normal(0, 0.02), the GPT-2 recipe) with pre-LN residual blocks keeps "
+        "every layer's output near unit scale; a lower LR cannot help a forward pass that "
+        "overflows before the first update",
+        "a standard init (normal 0.02, Xavier or He), pre-LN blocks, and a check of the "
+        "activation std per layer at step 0, before the run is launched",
+    ),
+    "deep_explosion": _Words(
+        "gradient explosion in a deep stack without LayerNorm (梯度爆炸)",
+        "without norms every block adds to a residual stream that grows with each update, "
+        "and the gradients grew by orders of magnitude until the loss blew up",
+        "pre-LN blocks rescale the stream at every layer, so the gradients stay bounded; "
+        "clipping alone would only hide the growth",
+        "pre-LN blocks, gradient clipping (梯度裁剪) at 1.0 as a safety net, and per-layer "
+        "grad-norm dashboards on a log scale with an alert on a jump of an order of "
+        "magnitude",
+    ),
+    "tiny_eps": _Words(
+        "a LayerNorm eps of (almost) zero (eps 过小)",
+        "a row with zero variance (a padding token's all-zero embedding) made "
+        "(x - mean) / sqrt(var + eps) = 0 / 0 = NaN, and attention spread it to the real "
+        "positions",
+        "eps = 1e-5 keeps the denominator above zero, so a constant row normalises to 0 "
+        "instead of NaN, and nothing else about the model changes",
+        "keep norm eps at 1e-5 (representable in the compute dtype), review config diffs "
+        "for eps changes, and test that padded batches give a finite loss",
+    ),
+    "myth": _Words(
+        "vanishing gradients (梯度消失), a stall rather than a NaN",
+        "dead ReLUs or a deep sigmoid chain pass almost no gradient back, so the early "
+        "layers stop learning; nothing overflows, so the loss stalls instead of turning NaN",
+        "a sane init and modern blocks (GELU, residuals, LayerNorm) give the gradient a path "
+        "back to every layer",
+        "per-layer grad norms and the fraction of dead units on the dashboard, not only the "
+        "loss; residual pre-LN blocks and a standard init",
+    ),
+    "unknown": _Words(
+        "an instability the SOP could not pin on one cause (根因未定)",
+        "none of the controlled replays singled out one cause",
+        "it has not been proven",
+        "a guard around the optimizer step and more per-layer logging, to catch it next time",
+    ),
+}
+
+_ALWAYS_PREVENT = (
+    "for every cause: an isfinite check on the loss and the grad norm every step, a guard "
+    "around the optimizer step (stop / skip / roll back to the last checkpoint, bounded "
+    "retries), a running z-score spike detector, and checkpoints every k steps"
+)
+
+
+def _words_for(diagnosis: Any, family: str | None) -> tuple[str, _Words]:
+    """The wording key and words for the cause found (detail first, then the family)."""
+    for key in (getattr(diagnosis, "detail", None), getattr(diagnosis, "cause", None), family):
+        if key in _CAUSE_WORDS:
+            return key, _CAUSE_WORDS[key]
+    return "unknown", _CAUSE_WORDS["unknown"]
+
+
+def _num(x: Any, digits: int = 3) -> str:
+    """A loss or norm for prose: 3 significant digits; 'NaN' and 'inf' spelled out."""
+    if x is None:
+        return "n/a"
+    if isinstance(x, float) and math.isnan(x):
+        return "NaN"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}g}"

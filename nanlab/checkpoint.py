@@ -6,6 +6,10 @@ to a temporary file in the same folder, which is then renamed over the final nam
 ``weights_only=True`` means loading a checkpoint cannot run code hidden in it, so only
 tensors and plain Python values (dicts, lists, numbers, strings) go in.
 
+Reading one checks it: an empty, truncated or foreign file, or one holding objects that
+``weights_only=True`` refuses, is one :class:`NanlabError` line naming the file. A file in
+the folder not named like the store's own (``ckpt_final.pt``) is not one of its steps.
+
 Without a folder, checkpoints are kept in memory as the bytes ``torch.save`` writes,
 so the notebook path and the disk path share one format.
 
@@ -18,6 +22,7 @@ tensor([1., 1.])
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import torch
@@ -48,9 +53,31 @@ def safe_load(source: str | Path | bytes) -> dict:
     >>> buf = io.BytesIO(); torch.save({"step": 3}, buf)
     >>> safe_load(buf.getvalue())
     {'step': 3}
+
+    A file that is not a readable checkpoint, or one that holds objects ``weights_only``
+    refuses, raises one NanlabError line (it is never loaded another way).
+
+    >>> safe_load(b"not a checkpoint")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    nanlab.errors.NanlabError: checkpoint: not a readable checkpoint (empty, truncated ...)
     """
+    name = "checkpoint" if isinstance(source, bytes) else str(source)
     f = io.BytesIO(source) if isinstance(source, bytes) else source
-    return torch.load(f, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(f, map_location="cpu", weights_only=True)
+    except OSError as e:
+        raise NanlabError(f"{name}: cannot be read ({e.strerror or e})") from None
+    except Exception as e:  # torch raises many kinds for a bad file; none is a traceback
+        if re.search(r"Unsupported global|allowed global|Unsupported class", str(e)):
+            raise NanlabError(
+                f"{name}: refused for safety: it holds objects that "
+                "torch.load(weights_only=True) does not allow (a nanlab checkpoint holds only "
+                "tensors and plain Python values), so it is not loaded") from None
+        raise NanlabError(f"{name}: not a readable checkpoint (empty, truncated or not "
+                          f"written by torch.save: {type(e).__name__})") from None
+
+
+CHECKPOINT_NAME = re.compile(r"ckpt_(\d{6,})\.pt")
 
 
 class CheckpointStore:
@@ -89,17 +116,23 @@ class CheckpointStore:
             return sorted(self._memory)
         if not self.directory.is_dir():
             return []
-        return sorted(int(p.stem.split("_")[1]) for p in self.directory.glob("ckpt_*.pt"))
+        # only the store's own names: a stray ckpt_final.pt or a temp file is not a step
+        found = (CHECKPOINT_NAME.fullmatch(p.name) for p in self.directory.glob("ckpt_*.pt"))
+        return sorted(int(m.group(1)) for m in found if m)
 
     def load(self, step: int) -> dict:
+        """The checkpoint of ``step``, checked (:func:`safe_load`; it must hold a dict)."""
         available = self.steps()
         if step not in available:
             raise NanlabError(
                 f"no checkpoint at step={step}; available steps: {available or 'none'}"
             )
-        if self.directory is None:
-            return safe_load(self._memory[step])
-        return safe_load(self.path(step))
+        state = safe_load(self._memory[step] if self.directory is None else self.path(step))
+        if not isinstance(state, dict):
+            where = self.path(step) if self.directory is not None else f"checkpoint {step}"
+            raise NanlabError(f"{where}: holds a {type(state).__name__}, not a checkpoint's dict "
+                              "of state")
+        return state
 
     def nearest(self, step: int) -> int:
         """The latest checkpoint at or before ``step`` (a checkpoint at step k holds the

@@ -88,8 +88,10 @@ def _int_arg(name: str, low: int, high: int | None = None):
 
 
 # -- the run folder -------------------------------------------------------------------------
-def _prepare_out(text: str | None, flag: str = "--out") -> tuple[Path, list[Path]]:
-    """The run folder, checked and made before anything runs; and the folders made."""
+def _prepare_out(text: str | None, flag: str = "--out",
+                 existing: bool = False) -> tuple[Path, list[Path]]:
+    """The run folder, checked and made before anything runs; and the folders made.
+    ``existing``: a folder holding a run is allowed (--overwrite, --resume)."""
     if text is None:
         base = Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
         path, n = base, 1
@@ -105,11 +107,11 @@ def _prepare_out(text: str | None, flag: str = "--out") -> tuple[Path, list[Path
         if path.exists() and not path.is_dir():
             raise NanlabError(f"{flag} {str(path)!r} is a file, not a folder; allowed: a new "
                               "folder, or an empty one")
-        if path.is_dir() and any((path / n).exists() for n in
+        if not existing and path.is_dir() and any((path / n).exists() for n in
                                  ("manifest.json", "steps.jsonl", "checkpoints")):
             raise NanlabError(f"{flag} {str(path)!r} already holds a run (a second run there "
                               "would mix two runs' records and checkpoints); allowed: a new "
-                              "folder, or an empty one")
+                              "folder, an empty one, --overwrite or --resume")
         made = [p for p in (path, *path.parents) if not p.exists()]
         path.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=path).close()  # can we write in it?
@@ -288,11 +290,12 @@ def cmd_run(args) -> int:
     fixes = [get_fix(name).name for name in args.fix]
     asked = TrainConfig().replace(progress=not args.json, **changes)
     guard = _make_guard(args, fault_config(args.fault, asked, **params))
-    out, made = _prepare_out(args.out)
+    out, made = _prepare_out(args.out, existing=args.overwrite or args.resume)
     asked = asked.replace(out_dir=str(out))
     try:
         run = run_fault(args.fault, fixes=fixes, base=asked,
-                        callbacks=guard.callbacks() if guard else (), **params)
+                        callbacks=[*_existing_run(args, out), *(guard.callbacks() if guard
+                                                                else ())], **params)
     except NanlabError:
         _remove_empty(made)  # a run that never started leaves no folder behind
         raise
@@ -302,6 +305,31 @@ def cmd_run(args) -> int:
     else:
         _print_summary(summary)
     return summary["exit_code"]
+
+
+def _existing_run(args, out: Path) -> list:
+    """``--overwrite`` / ``--resume``: what the trainer does with the run already in --out,
+    as it starts (after every check, so a run refused early removes nothing)."""
+    if args.overwrite and args.resume:
+        raise NanlabError("--overwrite and --resume are not allowed together; allowed: one")
+    if args.resume and args.out is None:
+        raise NanlabError("--resume needs --out, the folder of the run to resume")
+    if args.overwrite:
+        return [("on_run_start", lambda tr, info: setattr(tr, "overwrite", True))]
+    if not args.resume:
+        return []
+    from nanlab.checkpoint import CheckpointStore
+
+    steps = CheckpointStore(out / "checkpoints").steps()
+    if not steps:
+        raise NanlabError(f"--resume: {str(out)!r} has no checkpoints to resume from; "
+                          "allowed: a run folder trained with --checkpoint-every N > 0")
+
+    def resume(tr, info):  # what Trainer.run(resume_from=newest) does first
+        tr.restore(steps[-1])
+        tr.record.log_event("resume", tr.step, source=str(tr.checkpoints.path(steps[-1])),
+                            dropped=tr.record.resume(tr.step))
+    return [("on_run_start", resume)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -333,6 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
         run.add_argument(flag, action=_ConfigFlag, const=key, default=argparse.SUPPRESS,
                          metavar=key.upper(), help=f"{text}; = --config {key}=...")
     run.add_argument("--out", default=None, help="run directory (default runs/run-<time>)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="--out holds a run: remove it (record, checkpoints) and start anew")
+    run.add_argument("--resume", action="store_true",
+                     help="--out holds a run: resume it from its newest checkpoint")
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument("--fault", default=None, help="inject a fault (see: nanlab faults)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -14,9 +14,17 @@ Three streams and a manifest, each a list of flat dicts:
   reproduce the run (claim M12).
 
 On disk a run folder holds ``manifest.json``, ``steps.jsonl``, ``layers.jsonl`` and
-``events.jsonl``. Non-finite numbers are written as ``NaN`` / ``Infinity`` (what
-Python's ``json`` and pandas read back), because whether a value was inf or NaN is
-part of the evidence.
+``events.jsonl``. A folder that already holds a run is never overwritten by a new one: a
+record made there stays *pending* (it writes nothing) until the run either resumes it
+(:meth:`RunRecord.resume`) or is started with ``overwrite=True``, which first removes the
+old run's record, checkpoints and evidence (:func:`clear_run`); else :meth:`RunRecord.claim`
+refuses. Reading a folder (:meth:`RunRecord.load`) checks every file: a corrupt or foreign
+one is one :class:`NanlabError` line naming the file and what is wrong. A torn last line of
+a JSON Lines file (a crash in the middle of a write: no newline after it) is skipped with a
+warning; any other bad line is an error naming its line number.
+
+Non-finite numbers are written as ``NaN`` / ``Infinity`` (what Python's ``json`` and
+pandas read back), because whether a value was inf or NaN is part of the evidence.
 
 >>> rec = RunRecord()
 >>> rec.log_step({"step": 0, "loss": 3.5})
@@ -29,10 +37,15 @@ from __future__ import annotations
 import json
 import math
 import platform
+import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
+
+from nanlab.atomic import atomic_write
+from nanlab.errors import NanlabError
 
 STREAMS = ("steps", "layers", "events")
 
@@ -60,14 +73,44 @@ class RunRecord:
         # How the JSON Lines files open at the first write: "w" starts them empty (a new
         # run), "a" keeps what is there (after resume() or close()); None: no files.
         self._mode: str | None = None
-        if self.directory is not None:
+        # A folder holding an earlier run: nothing is written until claim() or resume().
+        self.pending = self.directory is not None and holds_run(self.directory)
+        if self.pending:
+            self._mode = "a"
+        elif self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self.write_manifest()
             self._mode = "w"
 
+    def claim(self, overwrite: bool = False) -> None:
+        """Make the folder this run's before anything is written to it (the trainer calls
+        it as a new run starts). A folder holding an earlier run is refused, in one line
+        naming the ways out, unless ``overwrite``: then the old run's record, checkpoints
+        and evidence are removed first (:func:`clear_run`), so none of it is replayed later.
+
+        >>> rec = RunRecord()         # in memory: nothing to claim
+        >>> rec.claim(), rec.pending
+        (None, False)
+        """
+        if not self.pending:
+            return
+        if not overwrite:
+            raise NanlabError(
+                f"{self.directory}: already holds a run (manifest.json or record files); a new "
+                "run there would mix two runs' records and checkpoints. Either start it with "
+                "overwrite=True (Trainer(config, overwrite=True) removes the old run's record, "
+                "checkpoints and evidence first) or resume it with "
+                "trainer.run(resume_from=<checkpoint step or file>), which appends; or choose "
+                "a new out_dir")
+        clear_run(self.directory)
+        self.pending, self._mode = False, "w"
+        self.write_manifest()
+
     def _open(self) -> dict:
         """The JSON Lines files, opened at the first write (or flush): until then a
         resume can still keep the rows an earlier run left in the folder."""
+        if self.pending:
+            self.claim()  # refuses: rows are never written over an earlier run's
         if not self._files and self._mode is not None:
             self._files = {s: open(self.directory / f"{s}.jsonl", self._mode) for s in STREAMS}
             self._mode = "a"  # reopened after close(): never truncate what was written
@@ -88,12 +131,11 @@ class RunRecord:
         >>> rec.resume(2), [r["step"] for r in rec.steps]
         ({'steps': 2, 'layers': 0, 'events': 0}, [0, 1])
         """
-        from nanlab.atomic import atomic_write
-
+        self.pending = False  # a resume continues the run already in the folder
         if self._mode is not None:
             self.close()
             for s in STREAMS:
-                setattr(self, s, _read_rows(self.directory / f"{s}.jsonl"))
+                setattr(self, s, _read_rows(self.directory / f"{s}.jsonl", s))
         dropped = {}
         for s in STREAMS:
             rows = getattr(self, s)
@@ -110,10 +152,9 @@ class RunRecord:
     # -- writing -----------------------------------------------------------------
     def write_manifest(self) -> None:
         """Write ``manifest.json`` atomically: a reader (``load_run``, a crash) never sees
-        half of one, however often the trainer rewrites it."""
-        from nanlab.atomic import atomic_write
-
-        if self.directory is not None:
+        half of one, however often the trainer rewrites it. A pending record (an earlier
+        run in the folder, see :meth:`claim`) keeps it in memory until the run starts."""
+        if self.directory is not None and not self.pending:
             text = json.dumps(self.manifest, indent=2, sort_keys=True, default=str)
             atomic_write(self.directory / "manifest.json", text + "\n")
 
@@ -145,16 +186,19 @@ class RunRecord:
     # -- reading -----------------------------------------------------------------
     @classmethod
     def load(cls, directory: str | Path) -> RunRecord:
-        """Read a run folder written by the trainer."""
+        """Read a run folder written by the trainer, checking every file as it goes: a
+        corrupt or foreign one raises one NanlabError line naming the file (and the line).
+
+        >>> RunRecord.load("no/such/run")
+        Traceback (most recent call last):
+        nanlab.errors.NanlabError: no/such/run: not a nanlab run folder (no manifest.json in it)
+        """
         directory = Path(directory)
         rec = cls()
         rec.directory = directory
-        rec.manifest = json.loads((directory / "manifest.json").read_text())
+        rec.manifest = read_manifest(directory)
         for s in STREAMS:
-            path = directory / f"{s}.jsonl"
-            if path.exists():
-                with open(path) as f:
-                    setattr(rec, s, [json.loads(line) for line in f if line.strip()])
+            setattr(rec, s, _read_rows(directory / f"{s}.jsonl", s))
         return rec
 
     def column(self, name: str, stream: str = "steps") -> np.ndarray:
@@ -213,19 +257,136 @@ class RunRecord:
                 f"first_nonfinite_step={s['first_nonfinite_step']}, events={s['events']})")
 
 
-def _read_rows(path: Path) -> list[dict]:
-    """The rows of a JSON Lines file ([] when there is none); a last line torn by a crash
-    in the middle of a write is left out."""
+def holds_run(directory: str | Path) -> bool:
+    """Whether a folder holds a run: a manifest, record files or checkpoints.
+
+    >>> holds_run("no/such/folder")
+    False
+    """
+    d = Path(directory)
+    return any((d / n).exists() for n in ("manifest.json", *(f"{s}.jsonl" for s in STREAMS))) \
+        or any((d / "checkpoints").glob("ckpt_*.pt"))
+
+
+def clear_run(directory: str | Path) -> None:
+    """Remove a run from its folder: manifest, record files, checkpoints and guard evidence
+    (other files are left alone). ``overwrite=True`` does this before a new run starts.
+
+    >>> clear_run("no/such/folder")       # nothing there: nothing to do
+    """
+    d = Path(directory)
+    try:
+        for name in ("manifest.json", *(f"{s}.jsonl" for s in STREAMS)):
+            (d / name).unlink(missing_ok=True)
+        for sub in ("checkpoints", "evidence"):
+            if (d / sub).is_dir():
+                shutil.rmtree(d / sub)
+    except OSError as e:
+        raise NanlabError(f"{d}: the old run cannot be removed ({e.strerror or e}); allowed: "
+                          "a folder this user can write in") from None
+
+
+FOREIGN = "a nanlab run folder has a manifest written by nanlab"
+
+
+def read_manifest(directory: str | Path) -> dict:
+    """A run folder's ``manifest.json``, checked: UTF-8 text holding one JSON object.
+
+    >>> read_manifest("no/such/run")
+    Traceback (most recent call last):
+    nanlab.errors.NanlabError: no/such/run: not a nanlab run folder (no manifest.json in it)
+    """
+    path = Path(directory) / "manifest.json"
+    if not path.is_file():
+        raise NanlabError(f"{directory}: not a nanlab run folder (no manifest.json in it)")
+    manifest = _parse(path, _text(path), FOREIGN)
+    if not isinstance(manifest, dict):
+        raise NanlabError(f"{path}: holds a JSON {type(manifest).__name__}, not an object; "
+                          f"{FOREIGN}")
+    return manifest
+
+
+def _text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise NanlabError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise NanlabError(f"{path}: not UTF-8 text (byte {e.start}); {FOREIGN}") from None
+    if path.name == "manifest.json" and not text.strip():
+        raise NanlabError(f"{path}: is empty; {FOREIGN}")
+    return text
+
+
+def _parse(path: Path, text: str, hint: str, line: int | None = None):
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        where = (f"line {line}" if line is not None else
+                 f"line {e.lineno}, column {e.colno}" if isinstance(e, json.JSONDecodeError)
+                 else "nested too deeply")
+        what = f"{where} is not valid JSON" if line is not None else f"not valid JSON ({where})"
+        raise NanlabError(f"{path}: {what}; {hint}") from None
+
+
+_NUMBERS = {"steps": ("loss", "lr", "grad_norm", "loss_scale"),
+            "layers": ("grad_norm", "param_mean", "param_std", "act_absmax"), "events": ()}
+
+
+def _row_problem(row, stream: str) -> str | None:
+    """What is wrong with one row of a stream, or None."""
+    if not isinstance(row, dict):
+        return f"holds a JSON {type(row).__name__}, not an object"
+    step = row.get("step")
+    if (step is not None or stream != "events") and (
+            not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        return f"'step' must be an integer >= 0, got {step!r}"
+    if stream == "layers" and not isinstance(row.get("layer"), str):
+        return f"'layer' must be a name, got {row.get('layer')!r}"
+    if stream == "events" and not isinstance(row.get("kind"), str):
+        return f"'kind' must be a name, got {row.get('kind')!r}"
+    for key in _NUMBERS[stream]:
+        v = row.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"{key!r} must be a number or null, got {v!r}"
+    batch = row.get("batch")
+    if stream == "steps" and batch is not None and (
+            not isinstance(batch, int) or isinstance(batch, bool) or batch < 0):
+        return f"'batch' must be an integer >= 0, got {batch!r}"
+    for key in ("finite", "skipped") if stream == "steps" else ():
+        if key in row and not isinstance(row[key], bool):
+            return f"{key!r} must be true or false, got {row[key]!r}"
+    return None
+
+
+def _read_rows(path: Path, stream: str = "events") -> list[dict]:
+    """The rows of a JSON Lines file ([] when there is none), each checked. A last line
+    torn by a crash in the middle of a write (not valid JSON, no newline after it) is left
+    out with a warning; any other bad line raises NanlabError naming the file and line."""
     if not path.exists():
         return []
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    text = _text(path)
+    lines = text.split("\n")
     rows = []
+    hint = "a nanlab run folder has JSON Lines files written by nanlab"
     for i, line in enumerate(lines):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise
+        if not line.strip():
+            continue
+        if i == len(lines) - 1:  # no newline after it: perhaps torn by a crash
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                warnings.warn(f"{path}: line {i + 1} is torn (a crash in the middle of a "
+                              "write?); it is left out", stacklevel=3)
+                continue
+        else:
+            row = _parse(path, line, hint, line=i + 1)
+        problem = _row_problem(row, stream)
+        if problem:
+            raise NanlabError(f"{path}: line {i + 1}: {problem}; {hint}")
+        rows.append(row)
     return rows
 
 

@@ -267,7 +267,10 @@ class Trainer:
     """Trains any model on any batch source; see the module docstring.
 
     Without ``model`` / ``batches`` / ``loss_fn`` it trains the toy Transformer on the
-    counting task. Your own model, data and loss:
+    counting task. An ``out_dir`` already holding a run is never overwritten: ``run()``
+    refuses it unless it resumes (``resume_from``) or ``overwrite=True`` (a one-off action,
+    so a Trainer argument, not a TrainConfig field stored in every manifest). Your own
+    model, data and loss:
 
     >>> net = nn.Linear(3, 1)
     >>> data = lambda i: (torch.randn(8, 3), torch.zeros(8, 1))     # batch number i
@@ -284,8 +287,9 @@ class Trainer:
     def __init__(self, config: TrainConfig | None = None, model: nn.Module | None = None,
                  batches: Callable[[int], Any] | None = None,
                  loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None,
-                 optimizer: torch.optim.Optimizer | None = None):
+                 optimizer: torch.optim.Optimizer | None = None, overwrite: bool = False):
         self.config = config = config or TrainConfig()
+        self.overwrite = overwrite  # run() into a folder holding a run: remove it first
         self.device = resolve_device(config.device)
         torch.manual_seed(config.seed)  # model init is the first use of the global RNG
         if model is None:
@@ -558,7 +562,12 @@ class Trainer:
 
         ``resume_from`` (a checkpoint step or file) continues the run: the record, in memory
         and in ``out_dir``, keeps the rows before that step and drops the rest, which run
-        again (:meth:`RunRecord.resume`): one history, each step once.
+        again (:meth:`RunRecord.resume`): one history, each step once. A new run (no
+        ``resume_from``) into an ``out_dir`` holding a run is refused before anything is
+        written, unless ``Trainer(..., overwrite=True)`` (:meth:`RunRecord.claim`). Ctrl-C
+        (KeyboardInterrupt) saves a checkpoint of the last completed step, logs a "stop"
+        event "interrupted (SIGINT)", writes the manifest with ``status`` "interrupted" and
+        re-raises (``status`` is otherwise "finished", or "crashed" on an exception).
 
         >>> trainer = Trainer(TrainConfig(steps=6, checkpoint_every=3, progress=False))
         >>> _ = trainer.run()
@@ -571,8 +580,10 @@ class Trainer:
             self.record.log_event("resume", self.step, source=str(resume_from),
                                   dropped=self.record.resume(self.step))
         self.trigger_callbacks("on_run_start")
+        self.record.claim(self.overwrite)  # refuses a folder holding another run
         bar = tqdm(total=c.steps, initial=self.step, disable=not c.progress,
                    desc="train", unit="step", dynamic_ncols=True)
+        status = "crashed"
         try:
             while self.step < c.steps and not self.stop_requested:
                 if c.checkpoint_every and self.step % c.checkpoint_every == 0:
@@ -586,10 +597,18 @@ class Trainer:
                 self.record.log_event("stop", self.step, reason=self.stop_reason)
             if c.checkpoint_every and self.step not in self.checkpoints.steps():
                 self.save_checkpoint()  # the final state, to resume or extend the run
+            status = "finished"
+        except KeyboardInterrupt:  # Ctrl-C: keep what ran, resumable, then let it through
+            status, self.stop_reason = "interrupted", "interrupted (SIGINT)"
+            self.record.log_event("stop", self.step, reason=self.stop_reason)
+            if self.step not in self.checkpoints.steps():
+                self.save_checkpoint()  # the state after the last completed step
+            raise
         finally:
             bar.close()
             self.trigger_callbacks("on_run_end")
             self.record.manifest["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            self.record.manifest["status"] = status
             self.record.manifest["stop_reason"] = self.stop_reason or None
             self.record.write_manifest()
             self.record.flush()

@@ -255,7 +255,8 @@ print("evidence: the gradients of that step hold NaN:",
 # post-mortem needs: the state *before* the bad update (restorable with
 # `trainer.load_state_dict(evidence["state"])`), the offending batch, and the
 # gradients it produced. With a run folder (`out_dir=`), it is written to
-# `evidence/step_000030.pt`, loadable with `torch.load(weights_only=True)`.
+# `evidence/evidence_step000030_batch000030_n1.pt` (step, batch, and a count, so that
+# no later failure overwrites it), loadable with `torch.load(weights_only=True)`.
 #
 # ### Where the check sits matters
 # `run_fault(..., stop_when_poisoned=True)` also stops at the first NaN, but it
@@ -479,7 +480,11 @@ print("the run then finished, every standing step finite:",
 # was not (only) to blame. The guard treats it as the same incident, goes back one
 # checkpoint further (the state it had restored may already be bad: weights grown
 # too large), and multiplies the LR by 0.1, the article's "restart at LR ÷ 10". After
-# `max_rollbacks=3` it gives up and stops with a reason instead of looping.
+# `max_rollbacks=3` rollbacks for the same incident it gives up and stops with a
+# reason instead of looping. The budget is per incident: an incident is the failing
+# batch (its index, which a rollback does not rewind), and only a failure of the same
+# batch, or one before the run got `repeat_window=2` steps past it, repeats it.
+# Five isolated dirty batches are five incidents, five skips, no LR cut.
 #
 # Why not cut the LR at *every* rollback, as the article's recipe says? On a data
 # fault the LR was never the problem, and a tenth of it slows the rest of the run
@@ -760,7 +765,7 @@ print("unguarded NaN run:", detect(losses))
 # | **DeepSpeed** | fp16 overflow in the gradients | skips the step ("OVERFLOW! ... Skipping step"), lowers the loss scale with a hysteresis of 2; dies when the scale is at its minimum | an all-reduced overflow flag |
 # | **OLMo-core** | loss or grad norm more than 6 std from the mean of the last 128 steps, either side (an unusually low loss too), computed on the device without a host sync | skips that step (its update multiplied by 0) | the same decision if every rank feeds it the same reduced loss and grad norm |
 # | **PaLM 540B** | about 20 loss spikes, watched by people | restarted about 100 steps before each spike and skipped 200 to 500 batches; the same batches replayed from an earlier state did not spike: data and state together | the whole job restarts |
-# | **nanlab `Guard`** | a non-finite loss or grad norm; optionally a one-sided z-score of the loss (20 steps, 6 std, and 1.5x the mean) | `stop`, `skip` or `recover`: evidence kept, back to the last checkpoint, batches b−1 … b+2 skipped, LR ÷ 10 only when the failure comes back, give up after 3 rollbacks; every action an event with its reason; `rerun=True` replays the step to call it transient or persistent | an all-reduce of two flags when `torch.distributed` runs |
+# | **nanlab `Guard`** | a non-finite loss or grad norm; optionally a one-sided z-score of the loss (20 steps, 6 std, and 1.5x the mean) | `stop`, `skip` or `recover`: evidence kept, back to the last checkpoint, batches b−1 … b+2 skipped, LR ÷ 10 only when the same incident comes back, give up after 3 rollbacks for it; every action an event with its reason; `rerun=True` replays the step to call it transient or persistent | an all-reduce of two flags when `torch.distributed` runs |
 
 # %% [markdown]
 # What to take from the table:

@@ -111,7 +111,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
 def test_checkpoints_progress_and_manifests_go_through_the_one_writer(tmp_path, monkeypatch):
     import nanlab.atomic as atomic
     from nanlab.course import progress
-    from nanlab.course.notebooks import _write_text_atomically
+    from nanlab.course.notebooks import atomic_write as notebook_writer
 
     written = []
     real = atomic._replacing
@@ -127,6 +127,6 @@ def test_checkpoints_progress_and_manifests_go_through_the_one_writer(tmp_path, 
     rec = RunRecord(tmp_path / "run", manifest={"seed": 0})
     rec.write_manifest()
     rec.close()
-    _write_text_atomically(tmp_path / "lab.py", "# %%\n")
+    notebook_writer(tmp_path / "lab.py", "# %%\n")
     assert set(written) == {"a.pt", "ckpt_000003.pt", "progress.json", "manifest.json", "lab.py"}
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["seed"] == 0

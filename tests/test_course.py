@@ -302,3 +302,13 @@ def test_first_code_cell_of_a_lab_says_how_to_install_nanlab_where_it_is_missing
     present = subprocess.run([sys.executable, "-c", course.INSTALL_CHECK], cwd=tmp_path,
                              capture_output=True, text=True)
     assert present.returncode == 0 and present.stdout == ""
+
+
+def test_execute_of_a_missing_or_garbled_file_is_a_one_line_course_error(tmp_path):
+    with pytest.raises(CourseError, match=r"nope.ipynb: does not exist$"):
+        course.execute(tmp_path / "nope.ipynb")
+    (tmp_path / "bad.ipynb").write_text("{garbled")
+    with pytest.raises(CourseError, match=r"bad.ipynb: is not JSON, so not a notebook$"):
+        course.execute(tmp_path / "bad.ipynb")
+    with pytest.raises(CourseError, match="is a folder, not a notebook"):
+        course.execute(tmp_path)

@@ -42,14 +42,49 @@ def test_write_is_atomic(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"labs": {"x": {"a": 3}}}', ""])
-def test_corrupt_file_warns_and_starts_fresh(tmp_path, content):
+def test_corrupt_file_warns_starts_fresh_and_is_backed_up(tmp_path, content):
     path = tmp_path / "p.json"
     path.write_text(content)
-    with pytest.warns(UserWarning, match="could not be read.*starting fresh"):
+    with pytest.warns(UserWarning, match="p.json: .*; starting fresh; the original is kept as "
+                                         r"p.json.bad-<time>"):
         entry = progress.record("lab", "a", correct=True, path=path)
     assert entry["attempts"] == 1
-    assert (tmp_path / "p.json.corrupt").read_text() == content  # set aside, not lost
+    backups = list(tmp_path.glob("p.json.bad-*"))
+    assert [b.read_text() for b in backups] == [content]  # set aside, not lost
     assert progress.load(path)["labs"]["lab"]["a"]["correct"]
+
+
+def test_a_damaged_file_keeps_its_readable_entries(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('{"labs": {"x": {"a": 3, "b": {"attempts": 2, "correct": true}}}}')
+    with pytest.warns(UserWarning, match="entry x/a is not an object.*kept what could be read"):
+        entry = progress.record("lab", "a", correct=True, path=path)
+    assert entry["attempts"] == 1
+    assert progress.load(path)["labs"]["x"]["b"]["attempts"] == 2
+
+
+def test_an_unreadable_file_is_moved_aside_not_overwritten(tmp_path, monkeypatch):
+    path = tmp_path / "p.json"
+    path.write_text('{"labs": {}}')
+
+    def denied(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(type(path), "read_bytes", denied)
+    with pytest.warns(UserWarning, match="could not be read.*moved to p.json.bad-<time>"):
+        progress.record("lab", "a", correct=True, path=path)
+    monkeypatch.undo()
+    assert [b.read_text() for b in tmp_path.glob("p.json.bad-*")] == ['{"labs": {}}']
+    assert progress.load(path)["labs"]["lab"]["a"]["attempts"] == 1
+
+
+def test_old_files_without_hints_used_load_silently(tmp_path, recwarn):
+    path = tmp_path / "p.json"
+    entry = {"kind": "exercise", "attempts": 1, "first_seen": None, "last_attempt": None,
+             "solved_at": None}
+    path.write_text(json.dumps({"version": 1, "labs": {"lab": {"a": entry}}}))
+    loaded = progress.load(path)["labs"]["lab"]["a"]
+    assert loaded["hints_used"] == 0 and loaded["answered"] is False and not recwarn.list
 
 
 def test_show_progress_prints_a_readable_summary(tmp_path, capsys):

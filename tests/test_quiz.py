@@ -160,3 +160,12 @@ def test_check_prints_records_and_hints(capsys):
     assert entry["correct"] and entry["attempts"] == 1 and entry["hints_used"] == 1
     checks.hint("never-checked")
     assert "No hints registered for 'never-checked'" in capsys.readouterr().out
+
+
+def test_grade_of_a_wrong_kind_is_wrong_with_what_is_expected(single, several):
+    assert single.grade(1.0).message == \
+        "Answer with one option number (0 to 2) or an option's text, like 0; got 1.0."
+    assert several.grade(None).message.startswith("No answer yet")
+    fb = several.grade([0, "inf - inf", None, 1.5])
+    assert not fb.correct and fb.message.startswith("Not an option here: None, 1.5.")
+    assert not OrderingQuestion("sop-order", "?", SOP).grade({"data": 1}).correct

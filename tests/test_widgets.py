@@ -84,3 +84,38 @@ def test_grader_failure_is_feedback_not_traceback(monkeypatch):
 def test_widget_displays_as_its_container():
     bundle = MultipleChoice("w-show", "?", ["a", "b"], 0)._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
+
+
+def test_check_with_a_damaged_progress_file_still_shows_feedback(tmp_path, recwarn):
+    path = progress.progress_path()  # the conftest's scratch file
+    path.write_text('{"labs": {"lab-w": {"w-damaged": {"attempts": 1}}}}')
+    q = MultipleChoice("w-damaged", "?", ["a", "b"], 0, lab="lab-w")
+    q.choices.value = "a"
+    q.check_button.click()
+    assert q.last_feedback.correct and "Right." in q.feedback.value
+    assert any("'kind' is missing" in str(w.message) for w in recwarn.list)
+    assert progress.load()["labs"]["lab-w"]["w-damaged"]["attempts"] == 2
+    assert len(list(path.parent.glob(path.name + ".bad-*"))) == 1
+
+
+def test_free_text_widget_with_odd_text_gives_feedback():
+    q = FreeText("w-odd", "Why?", [("no error", ("no error",))])
+    for text in ("\x00\x1b[31m", "没有报错", "\ud800", "x" * 30_000):
+        q.answer.value = text
+        q.check_button.click()
+        assert q.feedback.value and not q.last_feedback.correct
+
+
+def test_grader_failure_with_an_unprintable_error_is_still_feedback(monkeypatch):
+    class Odd(Exception):
+        def __str__(self):
+            raise RuntimeError("no str")
+
+    q = MultipleChoice("w-odd-error", "?", ["a", "b"], 0)
+
+    def broken(_selection):
+        raise Odd()
+
+    monkeypatch.setattr(q.question, "grade", broken)
+    q.check_button.click()
+    assert "Could not grade this answer (Odd)" in q.feedback.value

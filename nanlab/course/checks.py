@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nanlab.course import progress
-from nanlab.course.quiz import Hints
+from nanlab.course.quiz import Hints, _show
 
 PASSED = "passed"
 NOT_DONE = "not done yet"
@@ -87,10 +87,13 @@ def evaluate(
 
     Give either ``expected`` (compared value by value; tensors, floats, dicts, lists) or
     ``test``, a function of the learner's value returning None or True when right, or a
-    string saying what differed.
+    string saying what differed. A value of the wrong kind is a WRONG result that says
+    what kind was expected.
 
     >>> evaluate("two", lambda: 1 + 1, 2).line()
     'passed: two'
+    >>> evaluate("two", "2", 2).line()
+    "not yet right: two: expected a number, got str '2'"
     """
     if (expected is _NOTHING) == (test is None):
         raise TypeError(f"check {name!r}: give exactly one of expected=... or test=...")
@@ -98,7 +101,7 @@ def evaluate(
         value = attempt() if callable(attempt) else attempt
     except NotImplementedError:
         return CheckResult(name, NOT_DONE)
-    except Exception as err:  # the learner's code failed: report it in one line
+    except (Exception, SystemExit) as err:  # the learner's code failed: report it in one line
         return CheckResult(name, WRONG, f"your code raised {_one_line(err)}")
     try:
         if test is not None:
@@ -149,11 +152,17 @@ def check(
 
 
 def hint(name: str | None = None) -> None:
-    """Print the next hint for exercise ``name`` (default: the last one checked).
+    """Print the next hint for exercise ``name`` (default: the last one checked); never raises.
 
     >>> hint("is_finite_report")  # doctest: +SKIP
     Hint 1 of 2: torch.isnan and torch.isinf give boolean masks.
+    >>> hint(3)
+    hint() takes the exercise's name as text, like hint('is_finite_report'); got 3
     """
+    if name is not None and not isinstance(name, str):
+        print(f"hint() takes the exercise's name as text, like hint('is_finite_report'); "
+              f"got {_short(name)}")
+        return
     name = name or _last_name
     if name is None:
         print("No exercise checked yet: run a check cell first, then hint().")
@@ -191,7 +200,7 @@ def describe_difference(got: Any, expected: Any, where: str = "") -> str | None:
             f"expected {_short(expected[idx].item())}"
         )
     if isinstance(expected, bool) or expected is None:
-        if got is expected or got == expected:
+        if got is expected or _equal(got, expected):
             return None
         return f"{at}got {_short(got)}, expected {_short(expected)}"
     if isinstance(expected, (int, float)):
@@ -199,11 +208,15 @@ def describe_difference(got: Any, expected: Any, where: str = "") -> str | None:
             got = got.item()
         if isinstance(got, bool) or not isinstance(got, numbers.Real):
             return f"{at}expected a number, got {type(got).__name__} {_short(got)}"
-        got = float(got) if not isinstance(got, int) else got
-        if math.isnan(expected) and math.isnan(got):
-            return None
-        if got == expected or math.isclose(got, expected, rel_tol=1e-6):
-            return None
+        try:
+            got = float(got) if not isinstance(got, int) else got
+            if isinstance(expected, float) and math.isnan(expected):
+                if isinstance(got, float) and math.isnan(got):
+                    return None
+            elif got == expected or math.isclose(got, expected, rel_tol=1e-6):
+                return None
+        except (OverflowError, ValueError, TypeError):  # an int too large for a float
+            pass
         return f"{at}got {_short(got)}, expected {_short(expected)}"
     if isinstance(expected, dict):
         if not isinstance(got, dict):
@@ -230,21 +243,37 @@ def describe_difference(got: Any, expected: Any, where: str = "") -> str | None:
     if isinstance(expected, (set, frozenset)):
         if not isinstance(got, (set, frozenset, list, tuple)):
             return f"{at}expected a set, got {type(got).__name__} {_short(got)}"
-        got = set(got)
+        try:
+            got = set(got)
+        except TypeError:
+            return f"{at}expected a set of plain values, got unhashable items in {_short(got)}"
         if got == expected:
             return None
         return (
             f"{at}missing {sorted(expected - got, key=repr)}, "
             f"should not be there {sorted(got - expected, key=repr)}"
         )
-    return None if got == expected else f"{at}got {_short(got)}, expected {_short(expected)}"
+    if _equal(got, expected):
+        return None
+    return f"{at}got {_short(got)}, expected {_short(expected)}"
+
+
+def _equal(got: Any, expected: Any) -> bool:
+    """``got == expected`` as a plain bool; False when the comparison raises or is not a bool
+    (a numpy array compared elementwise)."""
+    try:
+        return bool(got == expected)
+    except Exception:
+        return False
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value).replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return _show(value, limit)
 
 
 def _one_line(err: BaseException) -> str:
-    message = str(err).strip().splitlines()
+    try:
+        message = str(err).strip().splitlines()
+    except Exception:  # an exception whose __str__ itself fails
+        message = []
     return f"{type(err).__name__}: {message[0]}" if message else type(err).__name__

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import nbformat
 
+from nanlab.atomic import atomic_write
 from nanlab.errors import NanlabError
 
 BEGIN = "### BEGIN SOLUTION"
@@ -289,7 +290,7 @@ def build(solutions_dir: str | Path = "solutions", labs_dir: str | Path = "labs"
     for name, text in texts.items():
         target = labs / name
         if not target.exists() or target.read_text(encoding="utf-8") != text:
-            _write_text_atomically(target, text)
+            atomic_write(target, text)
         written.append(target)
     return written
 
@@ -329,16 +330,24 @@ def execute(path: str | Path, timeout: int = 600, kernel_name: str = "python3") 
     instructor's own progress is untouched. Saved without timing metadata and without widget
     views (they only live in a running kernel and carry random ids), so running it twice
     gives the same file. A cell that raises stops with a CourseError; the file is left as is.
+    A missing file, a folder, a file that is not a notebook or garbled JSON is a one-line
+    CourseError naming the file, before anything is synced or run.
 
-    >>> execute("solutions/01_numbers.ipynb")  # doctest: +SKIP
+    >>> execute("no-such.ipynb")
+    Traceback (most recent call last):
+    ...
+    nanlab.course.notebooks.CourseError: no-such.ipynb: does not exist
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     path = Path(path)
+    _check_notebook_path(path)
+    if path.suffix == ".py" and path.with_suffix(".ipynb").exists():
+        _read_notebook(path.with_suffix(".ipynb"))  # garbled JSON: say so before syncing
     if paired_source(path).exists() or path.suffix == ".py":
         path = sync(path)
-    nb = nbformat.read(path, as_version=4)
+    nb = _read_notebook(path)
     client = NotebookClient(
         nb,
         timeout=timeout,
@@ -357,7 +366,38 @@ def execute(path: str | Path, timeout: int = 600, kernel_name: str = "python3") 
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs if WIDGET_VIEW not in o.get("data", {})]
-    _write_text_atomically(path, render(nb))
+    atomic_write(path, render(nb))
+
+
+def _check_notebook_path(path: Path) -> None:
+    """CourseError unless ``path`` is an existing .ipynb or .py file; readable if .ipynb."""
+    if path.is_dir():
+        raise CourseError(f"{path}: is a folder, not a notebook; give a .ipynb or .py file")
+    if not path.exists():
+        raise CourseError(f"{path}: does not exist")
+    if path.suffix not in (".ipynb", ".py"):
+        raise CourseError(f"{path}: is not a notebook; give a .ipynb file or its paired .py")
+    if not path.is_file():
+        raise CourseError(f"{path}: is not a plain file")
+    if path.suffix == ".ipynb":
+        _read_notebook(path)
+
+
+def _read_notebook(path: Path) -> nbformat.NotebookNode:
+    """``nbformat.read``, a one-line CourseError naming ``path`` when it is not a notebook."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+    except UnicodeDecodeError as err:
+        raise CourseError(f"{path}: is not UTF-8 text ({err.reason} at byte {err.start})") from err
+    except nbformat.reader.NotJSONError as err:
+        raise CourseError(f"{path}: is not JSON, so not a notebook") from err
+    except OSError as err:
+        raise CourseError(f"{path}: cannot be read ({err.strerror or err})") from err
+    except Exception as err:  # JSON, but not a notebook: no cells, a list, a bad version...
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CourseError(f"{path}: is not a valid notebook ({reason})") from err
+    return nb
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -458,7 +498,10 @@ def execute_command(args: argparse.Namespace) -> int:
     try:
         paths = [Path(p) for p in args.notebooks] or solution_files(args.solutions)
         for path in paths:
-            execute(path, timeout=getattr(args, "timeout", 600))
+            try:
+                execute(path, timeout=getattr(args, "timeout", 600))
+            except OSError as err:  # e.g. the notebook cannot be written back
+                raise CourseError(f"{path}: {err.strerror or err}") from err
             print(f"executed {path}")
     except CourseError as err:
         print(f"error: {err}")
@@ -487,12 +530,6 @@ def _first_difference(actual: str, expected: str) -> str:
     if got.metadata != want.metadata:
         return "notebook metadata differs"
     return "formatting differs"
-
-
-def _write_text_atomically(path: Path, text: str) -> None:
-    from nanlab.atomic import atomic_write  # the course may use the library, not the reverse
-
-    atomic_write(path, text)  # "\n" newlines on every platform: the text is written as is
 
 
 @contextmanager

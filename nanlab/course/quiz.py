@@ -102,23 +102,64 @@ def _pick_score(picked: set[int], right: set[int], options: Sequence[str]) -> tu
     return score, details
 
 
-def _as_indices(selection: Any, options: Sequence[str]) -> tuple[set[int], list[str]]:
-    """Turn indices or option texts into a set of indices; unknown entries are reported."""
+_SEQUENCES = (list, tuple, set, frozenset)
+MAX_TEXT = 20_000
+"""The longest free-text answer graded (characters); a longer one is feedback, not a hang."""
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters; never raises."""
+    try:
+        text = repr(value)
+    except Exception:  # a huge int, a broken __repr__, a structure nested too deep
+        text = f"<{type(value).__name__} object>"
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _listing(values: Sequence[Any], most: int = 3) -> str:
+    """The first few values, shown short, then how many more."""
+    shown = ", ".join(_show(v, 30) for v in values[:most])
+    return shown + (f" and {len(values) - most} more" if len(values) > most else "")
+
+
+def _as_indices(selection: Any, options: Sequence[str]) -> tuple[set[int], list[Any]] | None:
+    """Turn indices or option texts into a set of indices; unknown entries are returned.
+
+    None when ``selection`` is not an index, a text or a list of them (a float, a dict,
+    bytes...): the caller says what kind of answer is expected.
+    """
     if selection is None:
         return set(), []
     if isinstance(selection, (str, int)):
         selection = [selection]
+    elif not isinstance(selection, _SEQUENCES):
+        return None
     picked, unknown = set(), []
     for s in selection:
         if isinstance(s, bool):
-            unknown.append(repr(s))
+            unknown.append(s)
         elif isinstance(s, int) and 0 <= s < len(options):
             picked.add(s)
         elif isinstance(s, str) and s in options:
             picked.add(list(options).index(s))
         else:
-            unknown.append(repr(s))
+            unknown.append(s)
     return picked, unknown
+
+
+def _items(answer: Any) -> list[Any] | None:
+    """A list or tuple as a list (None as []); None for any other kind of answer."""
+    if answer is None:
+        return []
+    if isinstance(answer, (list, tuple)):
+        return list(answer)
+    return None
+
+
+def _wrong_kind(how: str, got: Any) -> Feedback:
+    """Feedback for an answer of the wrong kind: what is expected, and what came."""
+    return Feedback(False, 0.0, f"{how}; got {_show(got)}.", False)
 
 
 @dataclass
@@ -157,10 +198,22 @@ class MultipleChoiceQuestion:
             raise QuizError(f"{self.qid}: multiple=False but {len(self.answers)} answers given")
 
     def grade(self, selection: int | str | Sequence[int | str] | None) -> Feedback:
-        """Grade an option index or text, or (pick-several) a list of them."""
-        picked, unknown = _as_indices(selection, self.options)
+        """Grade an option index or text, or (pick-several) a list of them; never raises.
+
+        An answer of the wrong kind (a float, a dict, bytes...) is feedback saying what
+        kind is expected, scored as wrong.
+
+        >>> q = MultipleChoiceQuestion("nan", "NaN?", ["inf - inf", "1 / 0", "0 / 0"], [0, 2])
+        >>> q.grade(2.5).message
+        'Answer with a list of option numbers (0 to 2), like [0, 2]; got 2.5.'
+        """
+        found = _as_indices(selection, self.options)
+        if found is None:
+            return _wrong_kind(self._how(), selection)
+        picked, unknown = found
         if unknown:
-            return Feedback(False, 0.0, f"Not an option here: {', '.join(unknown)}.", False)
+            message = f"Not an option here: {_listing(unknown)}. {self._how()}."
+            return Feedback(False, 0.0, message, False)
         if not picked:
             what = "at least one option" if self.multiple else "an option"
             return Feedback(False, 0.0, f"No answer yet: pick {what}, then Check.", False)
@@ -181,6 +234,12 @@ class MultipleChoiceQuestion:
             f"{len(picked - right)} wrong pick(s); score {score:.0%}."
         )
         return Feedback(False, score, message, True, details)
+
+    def _how(self) -> str:
+        last = len(self.options) - 1
+        if self.multiple:
+            return f"Answer with a list of option numbers (0 to {last}), like [0, 2]"
+        return f"Answer with one option number (0 to {last}) or an option's text, like 0"
 
 
 @dataclass
@@ -204,8 +263,21 @@ class OrderingQuestion:
         self.items = list(self.items)
 
     def grade(self, order: Sequence[str | None] | None) -> Feedback:
-        """Grade a proposed order (a list of item texts; None for an empty slot)."""
-        order = list(order or [])
+        """Grade a proposed order (a list of item texts; None for an empty slot); never raises.
+
+        >>> q = OrderingQuestion("sop", "Order the SOP", ["data", "AMP off"])
+        >>> q.grade("data").message.split(";")[1]
+        " got 'data'."
+        """
+        items = _items(order)
+        if items is None:
+            return _wrong_kind(self._how(), order)
+        order = items
+        unknown = [o for o in order if not (o is None or isinstance(o, str))]
+        unknown += [o for o in order if isinstance(o, str) and o and o not in self.items]
+        if unknown:
+            message = f"Not a step here: {_listing(unknown)}. {self._how()}."
+            return Feedback(False, 0.0, message, False)
         filled = [o for o in order if o]
         if not filled:
             return Feedback(False, 0.0, "No answer yet: put the steps in order, then Check.", False)
@@ -213,9 +285,6 @@ class OrderingQuestion:
             return Feedback(
                 False, 0.0, f"Fill all {len(self.items)} positions, then Check.", False
             )
-        unknown = [o for o in order if o not in self.items]
-        if unknown:
-            return Feedback(False, 0.0, f"Not a step here: {', '.join(map(repr, unknown))}.", False)
         repeated = sorted({o for o in order if order.count(o) > 1})
         if repeated:
             return Feedback(
@@ -231,6 +300,10 @@ class OrderingQuestion:
         ]
         message = f"{len(right)} of {len(self.items)} positions right; score {score:.0%}."
         return Feedback(False, score, message, True, details)
+
+    def _how(self) -> str:
+        return (f"Answer with a list of the {len(self.items)} steps in order, each a step's "
+                f"text, like [{self.items[0]!r}, ...]")
 
 
 @dataclass
@@ -271,17 +344,31 @@ class RootCauseQuestion:
             )
 
     def grade(self, family: str | None, evidence: Sequence[str] | None) -> Feedback:
-        """Grade the chosen family and the list of evidence picked for it."""
-        evidence = list(evidence or [])
+        """Grade the chosen family and the list of evidence picked for it; never raises.
+
+        >>> q = RootCauseQuestion("m1", "Why?", ["data", "lr"], "data", ["nan in x", "lr high"],
+        ...                       ["nan in x"])
+        >>> q.grade("data", 3).message
+        "Answer the evidence with a list of evidence texts, like ['nan in x']; got 3."
+        """
+        families = f"Answer the fault family with one of {list(self.families)}"
+        if family is not None and not isinstance(family, str):
+            return _wrong_kind(families, family)
+        items = _items(evidence)
+        if items is None:
+            return _wrong_kind(self._how(), evidence)
+        evidence = items
         if not family and not evidence:
             return Feedback(
                 False, 0.0, "No answer yet: pick a fault family and its evidence.", False
             )
         if family and family not in self.families:
-            return Feedback(False, 0.0, f"Not a fault family here: {family!r}.", False)
-        picked, unknown = _as_indices(evidence, self.evidence)
+            return Feedback(False, 0.0, f"Not a fault family here: {_show(family)}. "
+                                        f"{families}.", False)
+        picked, unknown = _as_indices(evidence, self.evidence)  # type: ignore[misc]
         if unknown:
-            return Feedback(False, 0.0, f"Not evidence here: {', '.join(unknown)}.", False)
+            message = f"Not evidence here: {_listing(unknown)}. {self._how()}."
+            return Feedback(False, 0.0, message, False)
         right_family = family == self.answer
         right = {self.evidence.index(s) for s in self.supporting}
         details = [
@@ -304,6 +391,9 @@ class RootCauseQuestion:
         else:
             message = f"Not yet: neither the family nor the evidence (score {score:.0%})."
         return Feedback(False, score, message, True, details)
+
+    def _how(self) -> str:
+        return f"Answer the evidence with a list of evidence texts, like [{self.supporting[0]!r}]"
 
 
 @dataclass
@@ -334,17 +424,28 @@ class FreeTextQuestion:
             raise QuizError(f"{self.qid}: pass_score={self.pass_score!r} must be in (0, 1]")
 
     def grade(self, answer: str | None) -> Feedback:
-        """Score the text; say which key points were found and which are missing."""
+        """Score the text; say which key points were found and which are missing; never raises.
+
+        >>> q = FreeTextQuestion("why-silent", "Why?", [("no error", ("no error",))])
+        >>> q.grade(42).message
+        'Answer with text, a sentence or two in quotes; got 42.'
+        """
         from nanlab.course.rubric import KeyPoint, score_answer  # lazy: rubric is optional here
 
-        if not answer or not str(answer).strip():
+        if answer is not None and not isinstance(answer, str):
+            return _wrong_kind("Answer with text, a sentence or two in quotes", answer)
+        if not answer or not answer.strip():
             message = "No answer yet: write a sentence or two, then Check."
+            return Feedback(False, 0.0, message, False)
+        if len(answer) > MAX_TEXT:
+            message = (f"That is {len(answer):,} characters; a short answer is a few "
+                       f"sentences (at most {MAX_TEXT:,} characters). Shorten it, then Check.")
             return Feedback(False, 0.0, message, False)
         points = [
             p if isinstance(p, KeyPoint) else KeyPoint(str(p[0]), tuple(p[1]))
             for p in self.key_points
         ]
-        result = score_answer(str(answer), points)
+        result = score_answer(answer, points)
         if result.feedback:  # the rubric explains itself; show its lines as they are
             details = [line for line in result.feedback.splitlines() if line.strip()]
         else:

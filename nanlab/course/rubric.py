@@ -202,14 +202,20 @@ def score_answer(answer: str, points: Sequence[KeyPoint]) -> RubricResult:
     A point is credited when one of its synonyms occurs in a sentence that also carries
     three distinct words of explanation per credited point, and the answer as a whole
     has three distinct explaining words per credited point (the rule is spelled out in
-    the module docstring). Empty, off-topic and keyword-list answers score 0.
+    the module docstring). Empty, off-topic and keyword-list answers score 0, and so does
+    an answer that is not text (never an error).
 
     >>> pts = [KeyPoint("check the data first", ("check the data", "检查数据"))]
     >>> score_answer("I would first check the data for NaN values.", pts).score
     1.0
     >>> score_answer("check the data", pts).unexplained
     ['check the data first']
+    >>> score_answer(42, pts).feedback
+    'Answer with text, a sentence or two; got int.'
     """
+    if answer is not None and not isinstance(answer, str):
+        return RubricResult(0.0, [], [p.name for p in points],
+                            f"Answer with text, a sentence or two; got {type(answer).__name__}.")
     if not points:
         return RubricResult(0.0, [], [], "This question has no key points to score against.")
     patterns = {p.name: _patterns(p) for p in points}

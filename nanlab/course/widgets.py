@@ -23,6 +23,7 @@ from typing import Any
 import ipywidgets as w
 
 from nanlab.course import progress
+from nanlab.course.checks import _one_line
 from nanlab.course.quiz import (
     Feedback,
     FreeTextQuestion,
@@ -40,7 +41,8 @@ class QuestionWidget:
 
     Subclasses build ``self.controls`` and implement ``_grade()``. Use one of them:
     :class:`MultipleChoice`, :class:`Ordering`, :class:`RootCause`, :class:`FreeText`;
-    each has the attributes below.
+    each has the attributes below. Check never raises: whatever was entered, and a damaged
+    progress file, end as feedback (or a warning), never as a traceback.
 
     >>> q = MultipleChoice("w-demo", "Largest finite fp16?", ["65504", "65536"], 0)
     >>> q.choices.value = "65536"
@@ -78,8 +80,8 @@ class QuestionWidget:
         try:
             fb = self._grade()
         except Exception as err:  # a grader bug must show as feedback, never a traceback
-            fb = Feedback(False, 0.0, f"Could not grade this answer ({type(err).__name__}: "
-                                      f"{err}). Please report it.", False)
+            fb = Feedback(False, 0.0, f"Could not grade this answer ({_one_line(err)}). "
+                                      "Please report it.", False)
         self.last_feedback = fb
         self.feedback.value = _render(fb)
         progress.record(self.lab, self.qid, correct=fb.correct, answered=fb.answered,

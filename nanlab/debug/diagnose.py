@@ -195,9 +195,10 @@ class _Replayer:
 def _check_data(run, step: int | None) -> Finding:
     if step is None:
         return Finding("data", "skipped", "no failing step, so no batch to inspect")
-    row = next(r for r in run.record.steps if r["step"] == step) \
+    row = next((r for r in run.record.steps if r["step"] == step), None) \
         if step < len(run.record.steps) else None
-    index = row["batch"] if row else run.trainer.data_position
+    index = row.get("batch", step) if row else run.trainer.data_position
+    index = index if isinstance(index, int) and not isinstance(index, bool) else step
     batch = run.trainer.batches(index)
     vocab = getattr(getattr(run.trainer.config, "model", None), "vocab_size", None)
     problems = fixes_mod.batch_problems(batch, vocab)
@@ -281,7 +282,11 @@ def _init_and_eps(run) -> tuple[str | None, str | None, str]:
     eps = [m.eps for m in model.modules()
            if hasattr(m, "eps") and (hasattr(m, "normalized_shape") or hasattr(m, "impl"))]
     if 0 in trainer.checkpoints.steps():
-        state = trainer.checkpoints.load(0)["model"]
+        from nanlab.debug.locate import _check_state
+
+        state = trainer.checkpoints.load(0)
+        _check_state(trainer, 0, state)  # a checkpoint of this run, or one NanlabError line
+        state = state["model"]
         weights = {k: v for k, v in state.items() if k.endswith("weight") and v.dim() == 2}
     else:
         weights = {n: p.detach() for n, p in model.named_parameters()

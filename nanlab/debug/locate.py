@@ -334,7 +334,10 @@ def _pick_step(trainer: Trainer, record: RunRecord, step: int | None) -> tuple[i
     recorded = [r["step"] for r in rows]
     # a crash leaves no row: run_fault logs an "error" event; a bare trainer.run() that
     # raised is still at the step that crashed, trainer.step
-    crashes = [e["step"] for e in record.events if e.get("kind") == "error"]
+    # a replay never runs past what was recorded: a crash is at most one step after the rows
+    limit = max(len(rows), trainer.step)
+    crashes = [e["step"] for e in record.events if e.get("kind") == "error"
+               and isinstance(e.get("step"), int) and e["step"] <= limit]
     span = (f"steps {min(recorded)}..{max(recorded)}" if recorded else "no steps")
     if step is None:
         for i, r in enumerate(rows):
@@ -396,6 +399,7 @@ def _pick_checkpoint(trainer: Trainer, target: int) -> tuple[int, dict, list[int
     poisoned = []
     for s in reversed(earlier):
         state = trainer.checkpoints.load(s)
+        _check_state(trainer, s, state)
         if not _state_nonfinite(_checkpoint_tensors(state)):
             return s, state, poisoned
         poisoned.append(s)
@@ -403,6 +407,24 @@ def _pick_checkpoint(trainer: Trainer, target: int) -> tuple[int, dict, list[int
                       "holds non-finite weights or optimizer state: the first bad step is "
                       "before the first checkpoint; train again with checkpoint_every > 0 "
                       "from step 0")
+
+
+def _check_state(trainer: Trainer, step: int, state: dict) -> None:
+    """A checkpoint read from a folder must be this trainer's state: the keys
+    ``Trainer.state_dict`` writes, and weights of this model's names and shapes."""
+    where = (trainer.checkpoints.path(step) if trainer.checkpoints.directory is not None
+             else f"checkpoint {step}")
+    missing = [k for k in ("step", "data_position", "lr_scale", "model", "optimizer",
+                           "scheduler", "rng_cpu") if k not in state]
+    model = state.get("model")
+    ours = {k: tuple(v.shape) for k, v in trainer.model.state_dict().items()}
+    theirs = ({k: tuple(getattr(v, "shape", ())) for k, v in model.items()}
+              if isinstance(model, dict) else None)
+    if missing or theirs != ours or not isinstance(state.get("optimizer"), dict):
+        what = (f"lacks {missing}" if missing else "holds weights of another model"
+                if theirs != ours else "holds no optimizer state")
+        raise NanlabError(f"{where}: {what}; not a checkpoint of this run (a nanlab run "
+                          "folder has checkpoints written by its trainer)")
 
 
 @dataclass

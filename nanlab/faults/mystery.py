@@ -27,6 +27,7 @@ from pathlib import Path
 
 from nanlab.errors import NanlabError, check_range
 from nanlab.faults import FAULTS, SOP_STEPS, get_fault, run_fault
+from nanlab.record import holds_run, read_manifest
 
 SLOW = ("deep_explosion", "sigmoid_chain")  # minutes on a CPU: not for a quick exercise
 POOL: tuple[str, ...] = tuple(name for name in FAULTS if name not in SLOW)
@@ -66,7 +67,15 @@ def unseal(token: str) -> dict:
     if not isinstance(token, str) or not token.startswith(SEAL_PREFIX):
         raise NanlabError(f"{str(token)[:40]!r} is not a sealed fault (it must start with "
                           f"{SEAL_PREFIX!r})")
-    return json.loads(base64.b64decode(token[len(SEAL_PREFIX):])[::-1])
+    try:
+        fault = json.loads(base64.b64decode(token[len(SEAL_PREFIX):], validate=True)[::-1])
+    except (ValueError, RecursionError):  # binascii.Error, UnicodeDecodeError, JSONDecodeError
+        fault = None
+    if not isinstance(fault, dict) or not isinstance(fault.get("name"), str) \
+            or not isinstance(fault.get("params", {}), dict):
+        raise NanlabError(f"{token[:40]!r}... is a damaged sealed fault (not one that seal() "
+                          "wrote); make the mystery again from its seed")
+    return fault
 
 
 def make(seed: int, out_dir: str | Path, *, pool: Sequence[str] = POOL, steps: int = 200,
@@ -82,7 +91,7 @@ def make(seed: int, out_dir: str | Path, *, pool: Sequence[str] = POOL, steps: i
     'high_lr_adam'
     """
     out_dir = Path(out_dir)
-    if (out_dir / "manifest.json").exists():
+    if holds_run(out_dir):
         raise NanlabError(f"{str(out_dir)!r} already holds a run; give a new folder")
     name = draw(seed, pool)
     record = run_fault(name, steps=steps, out_dir=str(out_dir),
@@ -100,32 +109,37 @@ def reveal(run_dir: str | Path) -> dict:
     {'name': 'high_lr_adam', 'params': {...}, 'summary': ..., 'sop_step': '3. divide ...', ...}
     """
     path = Path(run_dir) / "manifest.json"
-    if not path.is_file():
-        raise NanlabError(f"{str(run_dir)!r} is not a nanlab run folder (no manifest.json)")
-    fault = json.loads(path.read_text(encoding="utf-8")).get("fault") or {}
-    if "sealed" in fault:
-        fault = unseal(fault["sealed"])
-    if not fault.get("name"):
-        raise NanlabError(f"{str(run_dir)!r} has no fault: it is a clean run")
-    info = get_fault(fault["name"])
+    fault = read_manifest(run_dir).get("fault") or {}  # checked: one line if it is not
+    if not isinstance(fault, dict):
+        raise NanlabError(f"{path}: 'fault' must be an object, got {fault!r:.40}")
+    try:
+        if "sealed" in fault:
+            fault = unseal(fault["sealed"])
+        if not fault.get("name"):
+            raise NanlabError("has no fault: it is a clean run")
+        info = get_fault(fault["name"])
+    except NanlabError as e:
+        raise NanlabError(f"{path}: {e}") from None
     return {"name": info.name, "params": fault.get("params", {}), "summary": info.summary,
             "sop_step": SOP_STEPS[info.reveals], "cure": info.cure}
 
 
 def grade(run_dir: str | Path, answer: str) -> str:
-    """Feedback on a learner's answer (a fault name or an SOP step key such as ``"lr"``).
+    """Feedback on a learner's answer (a fault name or an SOP step key such as ``"lr"``),
+    compared case-insensitively, spaces around it trimmed.
 
     >>> grade("runs/mystery-7", "lr")  # doctest: +SKIP
     'right: the SOP step that names it is 3. divide the learning rate by 10'
     """
     truth = reveal(run_dir)
     step_key = get_fault(truth["name"]).reveals
-    answer = (answer or "").strip()
+    answer = (answer or "").strip().lower()  # " LR " is "lr", "NaN_Input" is "nan_input"
     if not answer:
         return "no answer given: name the fault, or the SOP step that reveals it " \
                f"({', '.join(SOP_STEPS)})"
-    if answer == truth["name"] or answer == step_key:
+    if answer == truth["name"].lower() or answer == step_key.lower():
         return f"right: the SOP step that names it is {truth['sop_step']}"
-    if answer in FAULTS and get_fault(answer).reveals == step_key:
+    names = {n.lower(): n for n in FAULTS}
+    if answer in names and get_fault(names[answer]).reveals == step_key:
         return f"close: right SOP step ({truth['sop_step']}), but a different fault of it"
     return "not this one: go through the SOP again, in order, and replay each step"

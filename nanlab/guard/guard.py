@@ -11,8 +11,26 @@ global grad norm *after* backward and *before* the update, and acts:
   with its reason (DeepSpeed users complain that skipped steps are silent, #8415).
 - ``recover`` (claims M1, M10, PaLM): keep the evidence, roll back to the last good
   checkpoint at or before the failure, never train on the batches around the failure
-  again; if the failure comes back anyway, go back further and cut the LR (/10); give
-  up loudly after ``max_rollbacks``.
+  again; if the same incident comes back anyway, go back further and cut the LR (/10);
+  give up loudly after ``max_rollbacks`` rollbacks for that incident.
+
+**Incidents.** An incident is a failing batch, named by its batch index (its data
+position: the same data however a rollback rewinds the step counter), and the step where
+it failed. A failure *repeats* an incident when its batch failed before (a loop that does
+not skip it, a second epoch), or when it comes before the run got ``repeat_window`` steps
+past the incident it last rolled back for (the data was skipped, and the run failed again
+at the same place: the data was not, or not only, to blame). Any other failure is a new
+incident with a budget of its own: five isolated dirty batches are five incidents, each
+cured by a skip. The escalation ladder, per incident:
+
+1. its first failure: back to the last checkpoint at or before it, its batches skipped,
+   the LR kept (PaLM);
+2. each repeat: one checkpoint further back than the state that failed again, the LR
+   times ``lr_factor`` (OPT, the article);
+3. a repeat after ``max_rollbacks`` rollbacks for it: stop, event "give_up".
+
+One evidence file per failure acted on, never overwritten, written atomically:
+``evidence/evidence_step000040_batch000040_n1.pt`` (``n`` counts the guard's files).
 
 A **spike detector** can act before the NaN: a one-sided running z-score of the loss
 (optionally the grad norm too) over the last ``window`` finite values. ``spike=``
@@ -99,7 +117,7 @@ from nanlab.batches import frozen, plain
 from nanlab.checkpoint import atomic_save, safe_load
 from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.guard.agree import agree, is_distributed
-from nanlab.guard.spikes import RTOL, WARMUP, WINDOW, SpikeDetector, Z
+from nanlab.guard.spikes import RTOL, WARMUP, WINDOW, SpikeWatch, Z
 
 MODES = ("stop", "skip", "recover")
 SPIKE_ACTIONS = (None, "stop", "skip", "recover")
@@ -108,7 +126,8 @@ VERDICTS = ("transient", "persistent")
 LR_CUTS = ("repeat", "always")
 LR_FACTOR = 0.1  # see Guard
 SKIP_BEFORE, SKIP_AFTER = 1, 2  # see Guard
-MAX_ROLLBACKS = 3
+MAX_ROLLBACKS = 3  # per incident
+REPEAT_WINDOW = 2  # see Guard
 
 
 @dataclass
@@ -132,7 +151,8 @@ class Decision:
     to_step: int | None = None
     lr_factor: float = 1.0
     skip_batches: tuple[int, ...] = ()
-    repeat: bool = False  # a rollback for a failure that came back after the last one
+    repeat: bool = False  # a rollback for an incident that came back
+    incident: int | None = None  # its number in guard.incidents (1-based), with recover
 
     @property
     def ok(self) -> bool:
@@ -150,12 +170,13 @@ class Guard:
     Recovery, escalating (each rollback goes to the last checkpoint at or before the
     failure; for a spike at step t, at or before t - 1, since update t - 1 did the harm):
 
-    - The first rollback of an incident only skips data, as PaLM did. A failure that
-      comes back before the run got past the last one by as many steps as it went back
-      is the same incident ("repeat"): the data was not (only) to blame. Then the guard
-      goes back one checkpoint further (the state it had restored may already be bad:
-      weights grown too large to take any step) and multiplies the LR by ``lr_factor``.
-      ``lr_cut="always"`` cuts at every rollback instead (the article's recipe, M1).
+    - The first rollback of an incident only skips data, as PaLM did. A repeat (see the
+      module docstring) goes back one checkpoint further (the state it had restored may
+      already be bad: weights grown too large to take any step) and multiplies the LR
+      by ``lr_factor``. ``lr_cut="always"`` cuts at every rollback (the article, M1).
+    - ``repeat_window=2``: steps past an incident's failure before another failure is a
+      new incident. On the toy ``high_lr`` fails again at the very same step (28, 28);
+      dirty batches 10 apart fail 6 steps apart once the skips have shifted the data.
     - ``lr_factor=0.1``: the article's /10, compounding. Measured on the toy: after two
       dirty-data NaNs, cutting at every rollback ends 2x (x0.5) to 4.6x (/10) above the
       clean run's loss, skipping data alone ends within 10 % of it; on a 10x-too-high
@@ -166,8 +187,8 @@ class Guard:
       into the bad place (Lightning skips it too); two after, because bad data comes in
       runs (a corrupt shard). PaLM skipped 200-500 batches per spike, about 0.1-0.2 % of
       its run; 0.2 % of the toy's 200 steps is less than one batch, so a few is generous.
-    - ``max_rollbacks=3``: after that many rollbacks the next failure stops the run with
-      a clear reason (event "give_up") instead of looping.
+    - ``max_rollbacks=3``, per incident: after that many rollbacks for one incident its
+      next repeat stops the run with a clear reason (event "give_up") instead of looping.
 
     ``rerun=True`` runs a failed step again first (see the module docstring).
     ``sync_ranks`` (None = when ``torch.distributed`` runs with more than one rank):
@@ -182,25 +203,13 @@ class Guard:
     'skip'
     """
 
-    def __init__(
-        self,
-        mode: str = "stop",
-        *,
-        spike: str | None = None,
-        window: int = WINDOW,
-        warmup: int = WARMUP,
-        z: float = Z,
-        rtol: float = RTOL,
-        watch_grad_norm: bool = False,
-        lr_factor: float = LR_FACTOR,
-        lr_cut: str = "repeat",
-        skip_before: int = SKIP_BEFORE,
-        skip_after: int = SKIP_AFTER,
-        max_rollbacks: int = MAX_ROLLBACKS,
-        rerun: bool = False,
-        sync_ranks: bool | None = None,
-        evidence_dir: str | Path | None = None,
-    ):
+    def __init__(self, mode: str = "stop", *, spike: str | None = None, window: int = WINDOW,
+                 warmup: int = WARMUP, z: float = Z, rtol: float = RTOL,
+                 watch_grad_norm: bool = False, lr_factor: float = LR_FACTOR,
+                 lr_cut: str = "repeat", skip_before: int = SKIP_BEFORE,
+                 skip_after: int = SKIP_AFTER, max_rollbacks: int = MAX_ROLLBACKS,
+                 repeat_window: int = REPEAT_WINDOW, rerun: bool = False,
+                 sync_ranks: bool | None = None, evidence_dir: str | Path | None = None):
         check_choice("mode", mode, MODES)
         check_choice("spike", spike, SPIKE_ACTIONS)
         check_range("lr_factor", lr_factor, 0.0, 1.0)
@@ -211,24 +220,28 @@ class Guard:
         check_range("skip_before", skip_before, 0, integer=True)
         check_range("skip_after", skip_after, 0, integer=True)
         check_range("max_rollbacks", max_rollbacks, 0, integer=True)
+        check_range("repeat_window", repeat_window, 0, integer=True)
         self.mode, self.spike = mode, spike
-        self.loss_detector = SpikeDetector(window, warmup, z, rtol)
-        self.norm_detector = SpikeDetector(window, warmup, z, rtol) if watch_grad_norm else None
+        self.detectors = SpikeWatch(window, warmup, z, rtol, watch_grad_norm)
+        self.loss_detector, self.norm_detector = self.detectors.loss, self.detectors.norm
         self.lr_factor, self.lr_cut = lr_factor, lr_cut
         self.skip_before, self.skip_after = skip_before, skip_after
         self.max_rollbacks, self.rerun, self.sync_ranks = max_rollbacks, rerun, sync_ranks
+        self.repeat_window = repeat_window
         self.evidence_dir = Path(evidence_dir) if evidence_dir is not None else None
         self.settings = {"mode": mode, "spike": spike, "window": window, "warmup": warmup,
                          "z": z, "rtol": rtol, "watch_grad_norm": watch_grad_norm,
                          "lr_factor": lr_factor, "lr_cut": lr_cut, "skip_before": skip_before,
                          "skip_after": skip_after, "max_rollbacks": max_rollbacks,
-                         "rerun": rerun, "sync_ranks": sync_ranks}
+                         "repeat_window": repeat_window, "rerun": rerun,
+                         "sync_ranks": sync_ranks}
         self.counts = {"nonfinite": 0, "spike": 0, "skip": 0, "rollback": 0, "stop": 0,
                        "transient": 0}
         self.events: list[dict] = []  # everything the guard did, also in a plain loop
         self.evidence: list[dict] = []  # the bad states kept (a path when written to disk)
         self.skip_batches: set[int] = set()  # plain loop: batches never to train on
-        self.rollbacks = 0
+        self.incidents: list[dict] = []  # recover: one per incident, its rollbacks counted
+        self.rollbacks = 0  # all incidents together
         self.lr_scale = 1.0  # plain loop: the product of all LR cuts so far
         self.trainer = None
         self._model: torch.nn.Module | None = None
@@ -236,7 +249,7 @@ class Guard:
         self._kept: dict[int, tuple[bytes, Any, float, tuple]] = {}  # plain loop states
         self._detector_at: dict[int, tuple] = {}  # trainer: detector state per checkpoint
         self._last: Decision | None = None
-        self._last_rollback: tuple[int, int] | None = None  # (failed step, restored step)
+        self._current: dict | None = None  # the incident of the last rollback
         self._pending: Decision | None = None
         self._rng: tuple | None = None  # (cpu, cuda) RNG states at the step's start
         self._scaler_handles_inf = False
@@ -258,11 +271,11 @@ class Guard:
         loss, grad = float(loss), math.nan if grad_norm is None else float(grad_norm)
         if finite is None:
             finite = math.isfinite(loss) and (grad_norm is None or math.isfinite(grad))
-        z, spike = self._spike_test(loss, grad) if finite and self.spike else (math.nan, False)
+        z, spike = self.detectors.test(loss, grad) if finite and self.spike else (math.nan, False)
         bad_here, spike_here = not finite, spike
         bad, spike = self._agree(bad_here, spike)
         if not bad and not spike:
-            self._observe(loss, grad)
+            self.detectors.observe(loss, grad)
             self._last = Decision("ok", step, z=z)
             return self._last
 
@@ -280,7 +293,7 @@ class Guard:
                 self._last = Decision("ok", step, trigger, reason, z, verdict)
                 return self._last
         if finite:  # spikes enter the window too (as in OLMo-core), so that a lasting
-            self._observe(loss, grad)  # shift of level is accepted, not skipped forever
+            self.detectors.observe(loss, grad)  # shift of level is accepted, not skipped
         action = self.mode if trigger == "nonfinite" else self.spike
         decision = Decision(action, step, trigger, reason, z, verdict)
         if action == "recover":
@@ -288,7 +301,8 @@ class Guard:
         self._log("guard", step, trigger=trigger, action=decision.action, verdict=verdict,
                   loss=loss, grad_norm=grad, z=z, batch=batch_index, reason=decision.reason)
         if action == "recover" and decision.action == "stop":
-            self._log("give_up", step, reason=decision.reason, rollbacks=self.rollbacks)
+            self._log("give_up", step, reason=decision.reason, rollbacks=self.rollbacks,
+                      incident=decision.incident)
         if decision.action == "skip":
             self.counts["skip"] += 1
             decision.reason = f"{reason}; skip #{self.counts['skip']}"
@@ -300,19 +314,6 @@ class Guard:
                 self._log("stop", step, record=False, reason=decision.reason)
         self._last = decision
         return decision
-
-    def _spike_test(self, loss: float, grad: float) -> tuple[float, bool]:
-        z = self.loss_detector.score(loss)
-        spike = self.loss_detector.is_spike(loss)
-        if self.norm_detector is not None and math.isfinite(grad):
-            spike = spike or self.norm_detector.is_spike(grad)
-        return z, spike
-
-    def _observe(self, loss: float, grad: float) -> None:
-        if math.isfinite(loss):
-            self.loss_detector.add(loss)
-        if self.norm_detector is not None and math.isfinite(grad):
-            self.norm_detector.add(grad)
 
     def _agree(self, *flags: bool) -> tuple[bool, ...]:
         """Every rank's flags, all-reduced with MAX, when data-parallel (else unchanged)."""
@@ -332,10 +333,10 @@ class Guard:
         """Run the step again from the same state: does the failure come back?"""
         loss2, grad2 = rerun()
         if trigger == "nonfinite":
-            finite = math.isfinite(loss2) and (math.isfinite(grad2) or self._scaler_handles_inf)
-            still_bad = not finite
+            still_bad = not (math.isfinite(loss2)
+                             and (math.isfinite(grad2) or self._scaler_handles_inf))
         else:  # a NaN on the rerun is no better than the spike
-            still_bad = not math.isfinite(loss2) or self._spike_test(loss2, grad2)[1]
+            still_bad = not math.isfinite(loss2) or self.detectors.test(loss2, grad2)[1]
         (still_bad,) = self._agree(still_bad)
         verdict = "persistent" if still_bad else "transient"
         same = (loss2 == loss or (math.isnan(loss2) and math.isnan(loss)))
@@ -344,42 +345,58 @@ class Guard:
         return verdict
 
     def _plan_rollback(self, d: Decision, batch_index: int | None) -> Decision:
-        if self.rollbacks >= self.max_rollbacks:
+        last = self._current  # the incident of the last rollback: is the run still in it?
+        near = last is not None and d.step <= last["step"] + self.repeat_window
+        inc = self._incident(d.step, batch_index, near)
+        d.incident, d.repeat = inc["id"], inc["rollbacks"] > 0
+        if inc["rollbacks"] >= self.max_rollbacks:
             d.action = "stop"
-            d.reason = (f"gave up: {d.reason} at step {d.step} after {self.rollbacks} "
-                        f"rollback(s) (max_rollbacks={self.max_rollbacks})")
+            d.reason = (f"gave up: {d.reason} at step {d.step}: incident {inc['id']} (batch "
+                        f"{inc['batch']}, step {inc['first_step']}) after {inc['rollbacks']} "
+                        f"rollback(s) for it (max_rollbacks={self.max_rollbacks})")
             return d
         # A spike at step t shows the damage of update t - 1: the state saved before
         # step t already has it, so go back to one saved before step t - 1 at the latest.
         target = d.step if d.trigger == "nonfinite" else max(0, d.step - 1)
-        # A failure that comes back before the run got past the last one by as many steps
-        # as it went back is the same incident: skipping the data did not cure it. Then
-        # the state we went back to may be bad already (weights grown too large), so go
-        # back one checkpoint further, and the cause is (also) the LR, so cut it. PaLM
-        # only skipped data; OPT and the article cut the LR.
-        last = self._last_rollback
-        repeat = last is not None and d.step <= last[0] + max(1, last[0] - last[1])
-        if repeat:
-            target = min(target, max(0, last[1] - 1))
         good = [s for s in self._good_steps() if s <= target]
+        if d.repeat and good:
+            # Skipping the data did not cure it: the state it had restored may be bad
+            # already (weights grown too large), so go back one checkpoint further (than
+            # that state while the run is still in the incident, else than the last one),
+            # and the cause is (also) the LR, so cut it (OPT, the article; PaLM did not).
+            back = min(good[-1], inc["restored"]) if inc is last and near else good[-1]
+            good = [s for s in good if s < back] or good[:1]
         if not good:
             d.action = "stop"
             d.reason = (f"gave up: {d.reason}; no good state at or before step {target} to "
                         "roll back to (plain loop: call guard.keep(step) every few steps)")
             return d
         d.action, d.to_step = "rollback", good[-1]
-        if self.lr_cut == "always" or repeat:
+        if self.lr_cut == "always" or d.repeat:
             d.lr_factor = self.lr_factor
-        d.repeat = repeat
         if batch_index is not None:
             d.skip_batches = tuple(range(max(0, batch_index - self.skip_before),
                                          batch_index + self.skip_after + 1))
         return d
 
+    def _incident(self, step: int, batch: int | None, near: bool) -> dict:
+        """The incident this failure belongs to (see the module docstring), or a new one."""
+        inc = next((i for i in self.incidents if batch is not None and batch in i["batches"]),
+                   None)  # the same data failing again
+        if inc is None and near:
+            inc = self._current  # before the run got past the incident it last rolled back for
+        if inc is None:  # a new incident, with a budget of its own
+            self.incidents.append(inc := {"id": len(self.incidents) + 1, "batch": batch,
+                                          "first_step": step, "step": step, "batches": [],
+                                          "rollbacks": 0, "restored": None})
+        if not (inc is self._current and near) or step > inc["step"]:
+            inc["step"] = step  # the window runs from its latest failure
+        if batch is not None and batch not in inc["batches"]:
+            inc["batches"].append(batch)
+        return inc
+
     def _good_steps(self) -> list[int]:
-        if self.trainer is not None:
-            return self.trainer.checkpoints.steps()
-        return sorted(self._kept)
+        return self.trainer.checkpoints.steps() if self.trainer is not None else sorted(self._kept)
 
     # -- events and evidence -------------------------------------------------------------
     def _log(self, kind: str, step: int, record: bool = True, **details) -> None:
@@ -395,32 +412,44 @@ class Guard:
         produced and its batch: enough to replay it. Tensors and plain Python only."""
         if self._model is None:
             return
-        state = (self.trainer.state_dict() if self.trainer is not None
-                 else self._loop_state())
+        state = self.trainer.state_dict() if self.trainer is not None else self._loop_state()
         if self.trainer is not None and self._rng is not None:
             state["rng_cpu"] = self._rng[0]  # the step's start: replay is then exact
+        attempt = self.incidents[d.incident - 1]["rollbacks"] + 1 if d.incident else None
         evidence = {
             "step": d.step, "trigger": d.trigger, "action": d.action, "reason": d.reason,
             "loss": loss, "grad_norm": grad, "batch_index": batch_index,
-            "state": state, "batch": plain(batch),
+            "incident": d.incident, "attempt": attempt, "state": state, "batch": plain(batch),
             "grads": {n: p.grad.detach().cpu() for n, p in self._model.named_parameters()
                       if p.grad is not None},
         }
         folder = self.evidence_dir or (self.trainer.record.directory
                                        if self.trainer is not None else None)
-        if folder is not None:
-            path = Path(folder) / "evidence" / f"step_{d.step:06d}.pt"
+        where = {"incident": d.incident, "attempt": attempt}
+        if folder is not None:  # one file per failure acted on, never one replaced
+            name = f"evidence_step{d.step:06d}" + ("" if batch_index is None
+                                                  else f"_batch{batch_index:06d}")
+            n = len(self.evidence) + 1  # and past files another run left in the folder
+            while (path := Path(folder) / "evidence" / f"{name}_n{n}.pt").exists():
+                n += 1
             atomic_save(evidence, path)
-            self.evidence.append({"step": d.step, "path": str(path)})
-            self._log("snapshot", d.step, path=str(path), batch=batch_index)
+            self.evidence.append({"step": d.step, "batch": batch_index, **where,
+                                  "path": str(path)})
+            self._log("snapshot", d.step, path=str(path), batch=batch_index, **where)
         else:
             self.evidence.append(frozen(evidence))
-            self._log("snapshot", d.step, path=None, batch=batch_index)
+            self._log("snapshot", d.step, path=None, batch=batch_index, **where)
 
     def summary(self) -> dict:
-        """Counts of what the guard saw and did, for a notebook or a report."""
-        return {**self.counts, "rollbacks": self.rollbacks, "events": len(self.events),
-                "evidence": len(self.evidence)}
+        """Counts of what the guard saw and did, for a notebook or a report: ``incidents``
+        (recover: distinct failures), ``lr_cuts``, ``evidence`` (one file each, on disk).
+
+        >>> Guard("skip").summary()["incidents"]
+        0
+        """
+        return {**self.counts, "rollbacks": self.rollbacks, "incidents": len(self.incidents),
+                "lr_cuts": sum(e["kind"] == "lr_cut" for e in self.events),
+                "events": len(self.events), "evidence": len(self.evidence)}
 
     # -- nanlab's Trainer ----------------------------------------------------------------
     def attach(self, trainer) -> Guard:
@@ -472,9 +501,8 @@ class Guard:
 
     def _remember_rng(self, trainer, info) -> None:
         """Only with rerun=True: a 5 kB copy (and the CUDA generator's seed and offset)."""
-        cuda = trainer.device.type == "cuda"
-        self._rng = (torch.get_rng_state(),
-                     torch.cuda.get_rng_state(trainer.device) if cuda else None)
+        cuda = torch.cuda.get_rng_state(trainer.device) if trainer.device.type == "cuda" else None
+        self._rng = (torch.get_rng_state(), cuda)
 
     def _after_backward(self, trainer, info) -> None:
         rerun = (lambda: self._rerun_in_trainer(trainer, info)) if self.rerun else None
@@ -497,16 +525,16 @@ class Guard:
         trainer.set_lr_scale(scale)  # restore() loaded the checkpoint's own lr_scale
         trainer.skip_batches.update(d.skip_batches)
         if d.to_step in self._detector_at:
-            self._load_detectors(self._detector_at[d.to_step])
+            self.detectors.load(self._detector_at[d.to_step])
         self._record_rollback(d, scale)
 
     def _record_rollback(self, d: Decision, scale: float) -> None:
-        self.rollbacks += 1
-        self.counts["rollback"] += 1
-        self._last_rollback = (d.step, d.to_step)
-        self._log("rollback", d.step, to_step=d.to_step, attempt=self.rollbacks,
-                  max_rollbacks=self.max_rollbacks, repeat=d.repeat, reason=d.reason,
-                  verdict=d.verdict)
+        self.rollbacks, self.counts["rollback"] = self.rollbacks + 1, self.counts["rollback"] + 1
+        inc = self._current = self.incidents[d.incident - 1]
+        inc["rollbacks"], inc["restored"] = inc["rollbacks"] + 1, d.to_step
+        self._log("rollback", d.step, to_step=d.to_step, incident=inc["id"],
+                  attempt=inc["rollbacks"], max_rollbacks=self.max_rollbacks, repeat=d.repeat,
+                  reason=d.reason, verdict=d.verdict)
         if d.lr_factor != 1.0:
             self._log("lr_cut", d.step, factor=d.lr_factor, lr_scale=scale)
         if d.skip_batches:
@@ -514,25 +542,15 @@ class Guard:
 
     def _checkpointed(self, trainer, info) -> None:
         """Remember the detector as it was at this checkpoint, to rewind it on rollback."""
-        self._detector_at[trainer.step] = self._detector_state()
-
-    def _detector_state(self) -> tuple:
-        norm = self.norm_detector.state() if self.norm_detector is not None else None
-        return self.loss_detector.state(), norm
-
-    def _load_detectors(self, state: tuple) -> None:
-        self.loss_detector.load(state[0])
-        if self.norm_detector is not None and state[1] is not None:
-            self.norm_detector.load(state[1])
+        self._detector_at[trainer.step] = self.detectors.state()
 
     def _rerun_in_trainer(self, trainer, info) -> tuple[float, float]:
         """The step again, as the trainer ran it: same weights, optimizer state, batch and
         RNG (the update has not happened yet); the gradients are replaced in place."""
         if self._rng is not None:
-            cpu, cuda = self._rng
-            torch.set_rng_state(cpu)
-            if cuda is not None:
-                torch.cuda.set_rng_state(cuda, trainer.device)
+            torch.set_rng_state(self._rng[0])
+            if self._rng[1] is not None:
+                torch.cuda.set_rng_state(self._rng[1], trainer.device)
         again = trainer.forward_backward(info.batch)
         return again.loss_value, again.grad_norm_value
 
@@ -574,7 +592,7 @@ class Guard:
         self._need_watch("keep")
         buf = io.BytesIO()
         torch.save(self._loop_state(), buf)
-        self._kept[step] = (buf.getvalue(), position, self.lr_scale, self._detector_state())
+        self._kept[step] = (buf.getvalue(), position, self.lr_scale, self.detectors.state())
         for old in sorted(self._kept)[:-2]:
             del self._kept[old]
 
@@ -606,7 +624,7 @@ class Guard:
         for s in [s for s in self._kept if s > d.to_step]:  # the abandoned branch
             del self._kept[s]
         self.skip_batches.update(d.skip_batches)
-        self._load_detectors(detectors)
+        self.detectors.load(detectors)
         self._record_rollback(d, self.lr_scale)
         self._last = None
         return d.to_step, position

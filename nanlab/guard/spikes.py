@@ -1,4 +1,8 @@
-"""The loss-spike detector: a one-sided running z-score gated by a relative rise."""
+"""The loss-spike detector: a one-sided running z-score gated by a relative rise.
+
+:class:`SpikeDetector` watches one series; :class:`SpikeWatch` is the guard's pair of them
+(the loss, and the grad norm when asked), with the state a rollback rewinds.
+"""
 
 from __future__ import annotations
 
@@ -91,3 +95,41 @@ class SpikeDetector:
         self.seen = seen
         self._sum = math.fsum(self.values)
         self._sumsq = math.fsum(v * v for v in self.values)
+
+
+class SpikeWatch:
+    """The loss detector and, with ``watch_grad_norm``, the grad-norm detector together:
+    what the guard tests, feeds and rewinds. Non-finite values are never added.
+
+    >>> w = SpikeWatch(window=5, warmup=5)
+    >>> for x in [1.0, 1.1, 0.9, 1.0, 1.05]:
+    ...     w.observe(x, 2.0)
+    >>> w.test(1.02, 2.0)[1], w.test(9.0, 2.0)[1], w.loss.seen
+    (False, True, 5)
+    """
+
+    def __init__(self, window: int = WINDOW, warmup: int = WARMUP, z: float = Z,
+                 rtol: float = RTOL, watch_grad_norm: bool = False):
+        self.loss = SpikeDetector(window, warmup, z, rtol)
+        self.norm = SpikeDetector(window, warmup, z, rtol) if watch_grad_norm else None
+
+    def test(self, loss: float, grad: float) -> tuple[float, bool]:
+        """``(z of the loss, spike?)``: a spike of the loss, or of the grad norm if watched."""
+        z, spike = self.loss.score(loss), self.loss.is_spike(loss)
+        if self.norm is not None and math.isfinite(grad):
+            spike = spike or self.norm.is_spike(grad)
+        return z, spike
+
+    def observe(self, loss: float, grad: float) -> None:
+        if math.isfinite(loss):
+            self.loss.add(loss)
+        if self.norm is not None and math.isfinite(grad):
+            self.norm.add(grad)
+
+    def state(self) -> tuple:
+        return self.loss.state(), self.norm.state() if self.norm is not None else None
+
+    def load(self, state: tuple) -> None:
+        self.loss.load(state[0])
+        if self.norm is not None and state[1] is not None:
+            self.norm.load(state[1])

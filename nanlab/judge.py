@@ -19,11 +19,26 @@ The kinds, checked in this order (the first that fits is the verdict):
   weights, and the loss is fine otherwise (the symptom is handled, the cause is not);
 - ``healthy``:   none of the above.
 
-The final-loss limit has two reference points, named: against a **clean run** when one
-is known (``clean=``: its final loss, its losses or the run), the final loss must stay
-within ``CLEAN_FACTOR`` x the clean final loss + ``CLEAN_MARGIN``; without one, it
-must come down to ``START_FRACTION`` of the first loss (the toy starts near 3.5 and a
-clean run reaches about 7 % of that in 120 steps).
+A finite run that ends 10 % above where it started, or gives back more than half of
+what it had learned (``RISE_FRACTION``), diverged; one that ends above 85 % of its start
+(``STALL_FRACTION``) stalled.
+
+How well it must have learned has three reference points, named in the verdict:
+
+- ``clean``: a **clean run** is known (``clean=``: its final loss, its losses or the run):
+  the final loss must stay within ``CLEAN_FACTOR`` x the clean one + ``CLEAN_MARGIN``
+  (the fault x fix matrix);
+- ``bad run``: the replay of a bad run that had learned for ``MIN_BEFORE`` steps or more
+  before its failure (``baseline=``, the bad run; :func:`failure_point`): at that
+  step the replay must be at least as far as the bad run was (within ``BEHIND_FACTOR``),
+  and then keep learning (below ``LEARN_FRACTION`` of its start). A bad run that stayed
+  finite (its failure is its whole curve) is beaten by ending below ``BETTER_FACTOR`` of
+  its final loss. This is how diagnose proves a fix on any model, whatever its loss
+  scale and learning speed;
+- ``start``: neither: the final loss must come down to ``START_FRACTION`` of the
+  first (the toy starts near 3.5 and a clean run reaches about 7 % of that in 120
+  steps). Only this rule can tell a slow learner from a healthy one, so it is the
+  fallback, never the first choice.
 
 >>> import numpy as np
 >>> fall = 3.5 * np.exp(-np.arange(100) / 20)
@@ -49,7 +64,15 @@ VERDICTS = ("healthy", "contained", *FAILURES)
 SPIKE_GRACE = 10  # spikes in the first 10 steps are a fresh model's noise, not a verdict
 STREAK = 10  # this many non-finite steps in a row at the end: the run has stopped learning
 CLEAN_FACTOR, CLEAN_MARGIN = 3.0, 0.25  # against a clean run: final <= 3 x clean + 0.25
-START_FRACTION = 0.3  # without one: final <= 30 % of the first loss
+START_FRACTION = 0.3  # with no reference at all: final <= 30 % of the first loss
+MIN_BEFORE = 10  # a bad run that learned this many steps before failing is a reference
+BEHIND_FACTOR = 1.1  # at the bad run's failure step the replay is within 10 % of it
+LEARN_FRACTION = 0.7  # against the bad run: the replay ends below 70 % of its start
+BETTER_FACTOR = 0.7  # and below 70 % of where a finite bad run ended
+RISE_FRACTION = 0.5  # a run that gave back more than half of what it learned diverged
+RISE_ABOVE_START = 0.1  # or one that ended 10 % above where it started
+STALL_FRACTION = 0.85  # signals.is_stalled's bar: ended above 85 % of the start
+SMOOTH = 5  # losses are compared as running means of 5 steps
 
 
 @dataclass(frozen=True)
@@ -105,7 +128,8 @@ def loss_limit(start: float, clean: float | None = None) -> tuple[float, str]:
     return START_FRACTION * start, "start"
 
 
-def judge(run: Any, *, clean: Any = None, watch: tuple[str, ...] = FAILURES) -> Verdict:
+def judge(run: Any, *, clean: Any = None, baseline: Any = None,
+          watch: tuple[str, ...] = FAILURES) -> Verdict:
     """Judge a run's loss curve: healthy, or which failure, with a reason in words.
 
     ``run`` is anything with recorded steps: a :class:`nanlab.faults.FaultRun` or a
@@ -114,7 +138,8 @@ def judge(run: Any, *, clean: Any = None, watch: tuple[str, ...] = FAILURES) -> 
     non-finite step, never skipped). ``clean`` is the clean run to compare with: its
     final loss, its losses, or the run itself (None: judged against the start).
     ``watch`` names the failures looked for; a curve's spike or stall that is not
-    watched is passed over (the final-loss limit still applies).
+    watched is passed over (the final-loss limit still applies). ``baseline`` is the
+    bad run a replay is compared with (see the module's reference points).
 
     >>> import numpy as np
     >>> fall = 3.5 * np.exp(-np.arange(100) / 20)
@@ -148,6 +173,19 @@ def judge(run: Any, *, clean: Any = None, watch: tuple[str, ...] = FAILURES) -> 
                         "(all skipped)", bad[0]["step"], rows, losses, clean_final)
     start, end = _start(losses), final_loss(losses)
     limit, reference = loss_limit(start, clean_final)
+    behind = None
+    if reference == "start" and baseline is not None:
+        point = failure_point(baseline)
+        worse = _finite_end(baseline)
+        if point is None and worse is not None:  # a finite bad run: be clearly better
+            limit, reference = min(LEARN_FRACTION * start, BETTER_FACTOR * worse), "bad run"
+        if point is not None:  # the replay is held to the bad run, not to an absolute bar
+            at, level = point
+            mine = _smoothed_at(losses, at)
+            limit, reference = LEARN_FRACTION * start, "bad run"
+            if math.isfinite(mine) and mine > BEHIND_FACTOR * level:
+                behind = (f"behind the bad run: loss {mine:.3g} at step {at}, where the bad "
+                          f"run had {level:.3g} before it failed")
     but = "finite, but " if not bad else f"{len(bad)} non-finite step(s) skipped, but "
     spikes = [s for s in find_spikes(losses) if s >= SPIKE_GRACE] if "spike" in watch else []
     if spikes:
@@ -156,21 +194,119 @@ def judge(run: Any, *, clean: Any = None, watch: tuple[str, ...] = FAILURES) -> 
         return _verdict("spike", f"{but}a spike at step {s} to {losses[s]:.2f}"
                         + (f" (back in {back} steps)" if back else ""), s, rows, losses,
                         clean_final)
-    if "stall" in watch and is_stalled(losses, start_loss=start):
+    rise = _rise(losses, start, end)
+    if rise:
+        return _verdict("diverge", f"{but}{rise}", None, rows, losses, clean_final, baseline)
+    if "stall" in watch and is_stalled(losses, start_loss=start, fraction=STALL_FRACTION):
         return _verdict("stall", f"{but}stalled: loss {start:.2f} -> {end:.3g}", None, rows,
-                        losses, clean_final)
+                        losses, clean_final, baseline)
+    if behind:
+        return _verdict("stall", f"{but}{behind}", None, rows, losses, clean_final, baseline)
     if end > limit:
-        against = (f"{CLEAN_FACTOR:g} x clean {clean_final:.3g} + {CLEAN_MARGIN:g}"
-                   if reference == "clean" else f"{START_FRACTION * 100:g} % of the start")
+        against = _against(reference, clean_final)
         return _verdict("diverge", f"{but}the loss went {start:.2f} -> {end:.3g}, above "
-                        f"{limit:.3g} ({against})", None, rows, losses, clean_final)
-    versus = f" (clean {clean_final:.3g})" if reference == "clean" else ""
+                        f"{limit:.3g} ({against})", None, rows, losses, clean_final, baseline)
+    versus = ""
+    if reference == "clean":
+        versus = f" (clean {clean_final:.3g})"
+    elif reference == "bad run" and failure_point(baseline):
+        at, level = failure_point(baseline)
+        versus = f" (the bad run: {level:.3g} at step {at}, then it failed)"
+    elif reference == "bad run":
+        versus = f" (the bad run ended at {_finite_end(baseline):.3g})"
     if bad:
         return _verdict("contained", f"{len(bad)} non-finite step(s) from step "
                         f"{bad[0]['step']}, all skipped; final loss {end:.3g}{versus}",
-                        bad[0]["step"], rows, losses, clean_final)
+                        bad[0]["step"], rows, losses, clean_final, baseline)
     return _verdict("healthy", f"finite and learning: loss {start:.2f} -> {end:.3g}{versus}",
-                    None, rows, losses, clean_final)
+                    None, rows, losses, clean_final, baseline)
+
+
+def _against(reference: str, clean_final: float | None) -> str:
+    if reference == "clean":
+        return f"{CLEAN_FACTOR:g} x clean {clean_final:.3g} + {CLEAN_MARGIN:g}"
+    if reference == "bad run":
+        return (f"{LEARN_FRACTION * 100:g} % of the start, and {BETTER_FACTOR * 100:g} % of a "
+                "finite bad run's end")
+    return f"{START_FRACTION * 100:g} % of the start"
+
+
+def _finite_end(bad: Any) -> float | None:
+    """The final loss of a bad run that stayed finite and never crashed (its failure is
+    its whole curve), else None."""
+    rows, losses, error, _ = _read(bad)
+    if error or any(not r.get("finite", True) for r in rows) or not len(losses):
+        return None
+    end = final_loss(losses)
+    return end if math.isfinite(end) else None
+
+
+def failure_point(bad: Any) -> tuple[int, float] | None:
+    """(step, loss) where a bad run failed after learning: the step before its first
+    non-finite step, its crash or its first spike, or the bottom of a divergence (the
+    loss rose from there); its loss there as a running mean. None when it failed within
+    ``MIN_BEFORE`` steps or had not learned by then (its loss above 85 % of its start):
+    then there is nothing to be as good as.
+
+    >>> import numpy as np
+    >>> fall = 3.5 * np.exp(-np.arange(60) / 20)
+    >>> failure_point(np.r_[fall[:40], np.full(10, np.nan)])[0]
+    40
+    >>> print(failure_point(np.r_[fall[:5], np.full(10, np.nan)]))
+    None
+    """
+    rows, losses, error, error_step = _read(bad)
+    steps = [r["step"] for r in rows if not r.get("finite", True)]
+    spikes = [s for s in find_spikes(losses) if s >= SPIKE_GRACE]
+    candidates = [s for s in (steps[:1] + spikes[:1] + ([error_step] if error else []))
+                  if s is not None]
+    if candidates:
+        at = min(candidates)
+    else:
+        start, end = _start(losses), final_loss(losses)
+        if not _rise(losses, start, end):
+            return None  # a slow or flat curve: no step where it was better than now
+        at = int(np.nanargmin(_running_mean(losses))) + SMOOTH
+    if at < MIN_BEFORE:
+        return None
+    level, start = _smoothed_at(losses, at), _start(losses)
+    if not (math.isfinite(level) and level <= STALL_FRACTION * start):
+        return None  # it had not learned before it failed: nothing to be as good as
+    return at, level
+
+
+def _running_mean(losses: np.ndarray) -> np.ndarray:
+    """The mean of each window of ``SMOOTH`` losses (NaN where one is not finite)."""
+    if len(losses) < SMOOTH:
+        return np.array([np.nan])
+    return np.convolve(losses, np.ones(SMOOTH) / SMOOTH, mode="valid")
+
+
+def _smoothed_at(losses: np.ndarray, step: int) -> float:
+    """The mean of the finite losses of the ``SMOOTH`` steps before ``step``."""
+    window = losses[max(0, step - SMOOTH):step]
+    window = window[np.isfinite(window)]
+    return float(window.mean()) if len(window) else math.nan
+
+
+def _rise(losses: np.ndarray, start: float, end: float) -> str | None:
+    """A sentence when a finite curve went back up: above its start, or more than half of
+    what it had learned given back; None otherwise."""
+    if not (math.isfinite(start) and math.isfinite(end)):
+        return None
+    if end > start + RISE_ABOVE_START * abs(start):
+        return f"the loss rose: {start:.3g} -> {end:.3g} (above where it started)"
+    finite = losses[np.isfinite(losses)]
+    means = _running_mean(finite)
+    if not np.isfinite(means).any():
+        return None
+    best = float(np.nanmin(means))
+    learned = start - best > (1 - STALL_FRACTION) * abs(start)  # more than a stall's worth
+    if learned and end > best + RISE_FRACTION * (start - best):
+        at = int(np.nanargmin(means)) + SMOOTH - 1
+        return (f"the loss went {start:.3g} -> {best:.3g} (step {at}) -> {end:.3g}: it gave "
+                "back more than half of what it had learned")
+    return None
 
 
 # -- reading what was passed -----------------------------------------------------------
@@ -184,7 +320,10 @@ def _read(run: Any) -> tuple[list[dict], np.ndarray, str | None, int | None]:
         losses = np.asarray(run, dtype=float).reshape(-1)
         rows = [{"step": i, "loss": float(x), "finite": bool(np.isfinite(x)),
                  "skipped": False} for i, x in enumerate(losses)]
-    return rows, losses, getattr(run, "error", None), getattr(run, "error_step", None)
+    if hasattr(run, "error"):  # a FaultRun says whether it crashed
+        return rows, losses, run.error, run.error_step
+    crash = getattr(record, "crash", (None, None))  # a Trainer or a record: its error event
+    return rows, losses, *crash
 
 
 def _clean_final(clean: Any) -> float | None:
@@ -207,12 +346,20 @@ def _start(losses: np.ndarray) -> float:
     return float(finite[0]) if len(finite) else math.nan
 
 
-def _verdict(kind, reason, step, rows, losses, clean_final) -> Verdict:
+def _verdict(kind, reason, step, rows, losses, clean_final, baseline=None) -> Verdict:
     start, end = _start(losses), final_loss(losses)
     limit, reference = loss_limit(start, clean_final)
+    if reference == "start" and baseline is not None:
+        worse = _finite_end(baseline)
+        if failure_point(baseline):
+            limit, reference = LEARN_FRACTION * start, "bad run"
+        elif worse is not None:
+            limit, reference = min(LEARN_FRACTION * start, BETTER_FACTOR * worse), "bad run"
     first = next((r["step"] for r in rows if not r.get("finite", True)), None)
     return Verdict(kind, reason, step, start, end, limit, reference, first)
 
 
-__all__ = ["CLEAN_FACTOR", "CLEAN_MARGIN", "FAILURES", "SPIKE_GRACE", "START_FRACTION",
-           "STREAK", "VERDICTS", "Verdict", "judge", "loss_limit"]
+__all__ = ["BEHIND_FACTOR", "BETTER_FACTOR", "CLEAN_FACTOR", "CLEAN_MARGIN", "FAILURES",
+           "LEARN_FRACTION", "MIN_BEFORE", "RISE_FRACTION", "SPIKE_GRACE", "START_FRACTION",
+           "STREAK",
+           "VERDICTS", "Verdict", "failure_point", "judge", "loss_limit"]

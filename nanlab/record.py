@@ -233,6 +233,22 @@ class RunRecord:
                 return r["step"]
         return None
 
+    @property
+    def crash(self) -> tuple[str | None, int | None]:
+        """(message, step) of the last crash the run logged (an "error" event), or
+        (None, None): ``Trainer.run`` logs one before it re-raises.
+
+        >>> rec = RunRecord()
+        >>> rec.log_event("error", 7, error="IndexError: Target 40 is out of bounds.")
+        >>> rec.crash
+        ('IndexError: Target 40 is out of bounds.', 7)
+        """
+        crash = next((e for e in reversed(self.events) if e.get("kind") == "error"), None)
+        if crash is None:
+            return None, None
+        step = crash.get("step")
+        return str(crash.get("error")), step if isinstance(step, int) else None
+
     def to_dataframe(self, stream: str = "steps"):
         """A pandas DataFrame of one stream (needs pandas, which nanlab does not require)."""
         import pandas as pd

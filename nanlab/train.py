@@ -30,7 +30,6 @@ resuming from the checkpoint at step k reproduces steps k..n bit for bit.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -44,6 +43,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from nanlab.batches import map_tensors
 from nanlab.checkpoint import CheckpointStore, safe_load
 from nanlab.config import TrainConfig
 from nanlab.data import IGNORE_INDEX, CountingTask
@@ -53,6 +53,15 @@ from nanlab.record import RunRecord, environment_info
 
 EVENTS = ("on_run_start", "on_step_start", "on_after_backward", "on_step_end",
           "on_checkpoint", "on_run_end")
+
+
+def error_line(e: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message.
+
+    >>> error_line(IndexError("Target 40 is out of bounds.\\nmore"))
+    'IndexError: Target 40 is out of bounds.'
+    """
+    return (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -150,19 +159,11 @@ def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype | None 
     ...           float_dtype=torch.float16)
     {'x': tensor([1., 1.], dtype=torch.float16), 'y': tensor([0, 0])}
     """
-    if isinstance(batch, torch.Tensor):
-        if float_dtype is not None and batch.is_floating_point():
-            return batch.to(device, float_dtype)
-        return batch.to(device)
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        return dataclasses.replace(batch, **{f.name: to_device(getattr(batch, f.name), device,
-                                                                float_dtype)
-                                             for f in dataclasses.fields(batch)})
-    if isinstance(batch, dict):
-        return {k: to_device(v, device, float_dtype) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device, float_dtype) for v in batch)
-    return batch
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if float_dtype is not None and t.is_floating_point():
+            return t.to(device, float_dtype)
+        return t.to(device)
+    return map_tensors(batch, move)
 
 
 def global_grad_norm(params: list[nn.Parameter]) -> torch.Tensor:
@@ -385,6 +386,32 @@ class Trainer:
                                    sched.lr_lambdas, strict=True):
             group["lr"] = base * fn(sched.last_epoch)
 
+    def divide_lr(self, by: float) -> None:
+        """Divide every param group's base LR by ``by`` (a fix's LR / 10).
+
+        It acts on the optimizer the trainer really uses, also one the caller made (whose
+        LR ``config.lr`` never sees); the schedule keeps its shape.
+
+        >>> trainer = Trainer(TrainConfig(steps=5, lr=5e-3, progress=False))
+        >>> trainer.divide_lr(10)
+        >>> trainer.scheduler.base_lrs
+        [0.0005]
+        """
+        check_range("by", by, 0.0, integer=False)
+        if by == 0:
+            raise NanlabError("divide_lr(by=0): the divisor must be above 0")
+        sched = self.scheduler
+        sched.base_lrs = [base / by for base in sched.base_lrs]
+        for group in self.optimizer.param_groups:
+            if "initial_lr" in group:
+                group["initial_lr"] /= by
+        self.set_lr_scale(self.lr_scale)
+
+    @property
+    def base_lr(self) -> float:
+        """The first param group's LR before the schedule and any LR cut."""
+        return float(self.scheduler.base_lrs[0])
+
     # -- checkpoints ---------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to continue bit for bit: weights, optimizer, schedule, RNG."""
@@ -598,6 +625,11 @@ class Trainer:
             if c.checkpoint_every and self.step not in self.checkpoints.steps():
                 self.save_checkpoint()  # the final state, to resume or extend the run
             status = "finished"
+        except NotImplementedError:
+            raise  # a learner's unfinished callback, not a symptom of the run
+        except Exception as e:  # a crash is a symptom: recorded with its step, then raised
+            self.record.log_event("error", self.step, error=error_line(e))
+            raise
         except KeyboardInterrupt:  # Ctrl-C: keep what ran, resumable, then let it through
             status, self.stop_reason = "interrupted", "interrupted (SIGINT)"
             self.record.log_event("stop", self.step, reason=self.stop_reason)

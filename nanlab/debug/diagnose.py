@@ -46,10 +46,13 @@ from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
 from nanlab.faults.catalogue import cure_for
 from nanlab.judge import STREAK, judge
+from nanlab.norms import norm_modules
 from nanlab.record import RunRecord
 from nanlab.train import TrainConfig, Trainer, stop_early
 
+RELU_TYPES = (nn.ReLU, nn.ReLU6, nn.Threshold)  # units that can die (output exactly 0)
 EXPLOSION_DECADES = 3.0  # grad norm growth (orders of magnitude) that counts as explosion
+LR_CUTS = ((10, "lr_div10"), (100, "lr_div100"))  # tried in turn before the LR is ruled out
 MIN_REPLAY_STEPS = 100  # long enough for the toy to learn to ~0.4 from ~3.5
 
 Builder = Callable[[TrainConfig], Trainer]
@@ -149,9 +152,10 @@ def symptom_of(run: faults_mod.FaultRun) -> tuple[str, int | None]:
     return verdict.kind, verdict.step if verdict.kind in ("error", "spike") else None
 
 
-def health(run: faults_mod.FaultRun) -> tuple[bool, str]:
+def health(run: faults_mod.FaultRun, baseline=None) -> tuple[bool, str]:
     """Is a replay healthy? Judged on the whole loss curve (:func:`nanlab.judge.judge`),
-    not only on finiteness.
+    not only on finiteness, and against ``baseline``, the bad run it replays: at the
+    step the bad run failed it must be as far as the bad run was, then keep learning.
 
     Returns (healthy, a sentence saying why).
 
@@ -159,7 +163,9 @@ def health(run: faults_mod.FaultRun) -> tuple[bool, str]:
     >>> ok  # doctest: +SKIP
     False
     """
-    verdict = judge(run)
+    if not run.error and not len(run.record.steps):
+        return False, "the replay made no steps (nothing to judge)"
+    verdict = judge(run, baseline=baseline)
     return verdict.healthy, verdict.reason
 
 
@@ -175,15 +181,10 @@ class _Replayer:
     def __call__(self, *fixes: str) -> faults_mod.FaultRun | None:
         if fixes in self.cache:
             return self.cache[fixes]
-        config = self.config
-        objs = [fixes_mod.get_fix(f) for f in fixes]
-        for fix in objs:
-            config = fix.configure(config)
-            if config is None:
-                return None  # not applicable: it would change nothing
-        trainer = self.build(config)
-        for fix in objs:
-            fix.install(trainer)
+        try:
+            trainer = fixes_mod.build_with_fixes(self.build, self.config, fixes)
+        except fixes_mod.NotApplicable:
+            return None  # it would change nothing in this run
         trainer.add_callback("on_step_end",
                              stop_early(nonfinite_streak=STREAK, until_step=self.horizon))
         run = faults_mod.execute(trainer, fixes=list(fixes))
@@ -200,8 +201,7 @@ def _check_data(run, step: int | None) -> Finding:
     index = row.get("batch", step) if row else run.trainer.data_position
     index = index if isinstance(index, int) and not isinstance(index, bool) else step
     batch = run.trainer.batches(index)
-    vocab = getattr(getattr(run.trainer.config, "model", None), "vocab_size", None)
-    problems = fixes_mod.batch_problems(batch, vocab)
+    problems = fixes_mod.batch_problems(batch, fixes_mod.label_range(run.trainer, batch))
     if problems:
         return Finding("data", "cause", f"batch {index} of step {step}: " + "; ".join(problems))
     return Finding("data", "ruled out", f"batch {index} of step {step} is clean "
@@ -220,25 +220,35 @@ def _locate(run):
         return None
 
 
-def _precision_detail(loc) -> str:
-    """Which fp16 failure it is, from where the first non-finite value was made."""
+CAST_OPS = ("_to_copy", "to", "copy_", "_to_dtype")
+SOFTMAX_OPS = ("exp", "softmax", "_softmax", "log_softmax", "_log_softmax")
+
+
+def _precision_cause(loc) -> tuple[str, str]:
+    """(family, detail) of an fp16 failure, from what locate saw: the pass and the aten
+    op that made the first non-finite value (never from module names, which are the
+    model's own)."""
     if loc is None:
-        return "fp16_overflow"
-    module = f"{loc.module or ''} {loc.module_type or ''}"
+        return "fp16_overflow", "fp16_overflow"
     if loc.pass_name == "optimizer":
-        return "adam_eps_fp16"
-    if "oftmax" in module:
-        return "softmax_overflow"
-    if "wpe" in module or "Positions" in module:
-        return "position_overflow"
-    return "fp16_overflow"
+        return "adam_eps_fp16", "adam_eps_fp16"  # the update itself: eps underflowed
+    op = ((loc.first_op.op or "") if loc.first_op is not None else "").removeprefix("aten.")
+    if op in SOFTMAX_OPS:
+        return "softmax_overflow", "softmax_overflow"  # exp of a score past ~11.1
+    if op in CAST_OPS:  # finite in fp32, past 65504 once cast (positions, raw amounts)
+        return "fp16_overflow", "fp16_cast_overflow"
+    return "fp16_overflow", "fp16_overflow"
 
 
-def _grad_history(record: RunRecord, until: int | None) -> tuple[float, int, int] | None:
-    """(decades of growth, from step, to step) of the global grad norm before ``until``."""
+def _grad_history(record: RunRecord, until: int | None, overflow_counts: bool = True
+                  ) -> tuple[float, int, int] | None:
+    """(decades of growth, from step, to step) of the global grad norm before ``until``;
+    a grad norm that overflowed at ``until`` counts as growth to fp32's limit when
+    ``overflow_counts``."""
     norms = record.column("grad_norm")
     # a crashed step has no row: only a recorded step can have overflowed
-    overflowed = until is not None and until < len(norms) and not np.isfinite(norms[until])
+    overflowed = overflow_counts and until is not None and until < len(norms) \
+        and not np.isfinite(norms[until])
     end = len(norms) if until is None else until + 1
     norms = norms[:end]
     finite = np.isfinite(norms) & (norms > 0)
@@ -279,8 +289,8 @@ def _init_and_eps(run) -> tuple[str | None, str | None, str]:
     trainer = run.trainer
     model = trainer.model
     notes = []
-    eps = [m.eps for m in model.modules()
-           if hasattr(m, "eps") and (hasattr(m, "normalized_shape") or hasattr(m, "impl"))]
+    norms = norm_modules(model)
+    eps = [getattr(m, field) for _, m, field in norms]
     if 0 in trainer.checkpoints.steps():
         from nanlab.debug.locate import _check_state
 
@@ -293,7 +303,7 @@ def _init_and_eps(run) -> tuple[str | None, str | None, str]:
                    if n.endswith("weight") and p.dim() == 2}
     stds = {k: float(v.float().std()) for k, v in weights.items() if v.numel() > 1}
     big = {k: std for k, std in stds.items() if std * math.sqrt(weights[k].shape[-1]) > 3.0}
-    has_norms = any(isinstance(m, nn.LayerNorm) or hasattr(m, "impl") for m in model.modules())
+    has_norms = bool(norms)
     if eps and min(eps) < 1e-6:
         return "tiny_eps", None, (f"a norm has eps = {min(eps):g}: a row with zero variance "
                             "gives 0 / sqrt(0 + eps) = 0 / 0")
@@ -307,7 +317,8 @@ def _init_and_eps(run) -> tuple[str | None, str | None, str]:
         notes.append("sigmoid activations (slope <= 1/4: gradients shrink at every layer)")
     names, steps, grid = run.record.layer_matrix("act_absmax") if run.record.layers \
         else ([], [], None)
-    dead = [n for i, n in enumerate(names) if n.endswith(".act")
+    relus = {n for n, m in model.named_modules() if isinstance(m, RELU_TYPES)}
+    dead = [n for i, n in enumerate(names) if n in relus
             and np.nanmax(grid[i]) == 0.0] if grid is not None else []
     if dead:
         notes.append(f"{len(dead)} ReLU layers output exactly 0 at every recorded step (dead)")
@@ -368,12 +379,12 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
             findings.append(Finding("amp", "skipped", "the run is fp32 already"))
         else:
             fp32 = replay("amp_off")
-            ok, why = health(fp32)
+            ok, why = health(fp32, run)
             if ok:  # only then does it matter whether bf16 is enough
                 bf16 = replay("bf16")
-                ok16, why16 = health(bf16) if bf16 is not None else (False, "n/a")
-                cause = detail = _precision_detail(loc)
-                fix = cure_for(cause)
+                ok16, why16 = health(bf16, run) if bf16 is not None else (False, "n/a")
+                cause, detail = _precision_cause(loc)
+                fix = cure_for(cause, detail)
                 if not {"amp_off": ok, "bf16": ok16}.get(fix, True):
                     fix = "amp_off"  # the declared cure was replayed and failed; fp32 passed
                 findings.append(Finding("amp", "cause", f"fp32 replay: {why}; bf16 replay: "
@@ -392,25 +403,33 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
             fix = cure_for(cause, detail)  # none declared: the loss recovers by itself
             findings.append(Finding("lr", "cause", jump + f"; the symptom follows at step {step}"))
         else:
-            low = replay("lr_div10")
-            ok, why = health(low)
+            lr = run.trainer.base_lr
+            tried = []
+            for divisor, name in LR_CUTS:  # / 10, then / 100 before the LR is ruled out
+                tried.append((divisor, name, *health(replay(name), run)))
+                if tried[-1][2]:
+                    break
+            divisor, name, ok, why = tried[-1]
             if ok:
                 cause = "learning_rate"
-                fix = cure_for(cause)
+                fix = cure_for(cause) if divisor == LR_CUTS[0][0] else name
                 warmup = cure_for(cause, "no_warmup")
                 if config.warmup_steps == 0 and warmup:
                     warm = replay(warmup)
-                    if warm is not None and health(warm)[0]:
+                    if warm is not None and health(warm, run)[0]:
                         detail, fix = "no_warmup", warmup
-                findings.append(Finding("lr", "cause", f"LR {config.lr:g} / 10 replay: {why}"
+                findings.append(Finding("lr", "cause", f"LR {lr:g} / {divisor} replay: {why}"
                                         + (" (and warmup alone cures it: warmup was 0)"
                                            if detail == "no_warmup" else "")))
             else:
-                findings.append(Finding("lr", "ruled out", f"LR / 10 replay: {why}"))
+                findings.append(Finding("lr", "ruled out", f"LR {lr:g} / 10 and / 100 "
+                                        f"replays: {why}"))
 
     # 4. grad norms
     if cause is None:
-        hist = _grad_history(run.record, step)
+        # An overflow makes inf first; a NaN with no inf before it is 0 / 0, not growth.
+        zero_by_zero = loc is not None and loc.found and loc.inf_before_nan is False
+        hist = _grad_history(run.record, step, overflow_counts=not zero_by_zero)
         if hist and hist[0] >= EXPLOSION_DECADES:
             decades, a, b = hist
             cause = "deep_explosion"
@@ -440,7 +459,7 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
         if fixed is None:
             proof = f"{fix} changes nothing in this run"
         else:
-            verified, proof = health(fixed)
+            verified, proof = health(fixed, run)
     elif cause == "learning_rate" and detail == "lr_jump":
         proof = "a one-off LR glitch: fix the schedule; the loss recovers on its own"
     return Diagnosis(symptom, step, cause, detail or cause, fix, verified, proof, findings,
@@ -458,7 +477,8 @@ def _resolve(source, build: Builder | None):
         if build is None:
             raise NanlabError("diagnose(trainer) needs build=..., a function that makes the "
                               "same trainer from a TrainConfig, so that the SOP can replay it")
-        return faults_mod.FaultRun(None, {}, [], source.record, source), build
+        error, step = source.record.crash  # Trainer.run logs a crash before it raises
+        return faults_mod.FaultRun(None, {}, [], source.record, source, error, step), build
     if isinstance(source, (str, Path)):
         return _resolve(load_run(source), build)
     raise NanlabError(f"diagnose() takes a FaultRun, a run folder or a Trainer; got "

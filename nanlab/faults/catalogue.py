@@ -404,7 +404,7 @@ register(Fault(
 ))
 
 register(Fault(
-    name="position_overflow", family="position_overflow",
+    name="position_overflow", family="fp16_overflow",
     summary="absolute positions past 65504 fed to a sinusoidal encoding in pure fp16",
     mechanism="the position id is cast to fp16 before the multiply; 70000 does not fit "
               "(max 65504) and becomes inf, and sin(inf) is NaN",

@@ -1,44 +1,60 @@
-"""The cures of the SOP, as objects: each changes a run's config or hooks into it.
+"""The cures of the SOP, as objects: each changes a run's config or acts on its model.
 
-A fix is "not applicable" to a run it would not change (turning AMP off in a run that
-is already fp32): :meth:`Fix.configure` returns None then, and the fault x fix matrix
-says n/a instead of pretending to measure something.
+A fix acts on what the run really has: the LR cut divides the base LR of the optimizer
+the trainer uses (also one you made), the eps fix raises the eps of every normalisation
+module whatever its field is called, the init fix re-initialises layers by their type.
+A fix that would change nothing in a run (turning AMP off in a run that is already
+fp32, raising eps in a model whose norms are fine) is "not applicable": the fault x fix
+matrix says n/a, and :func:`build_with_fixes` raises :class:`NotApplicable` with the
+reason instead of pretending to measure something.
 
 >>> from nanlab.faults.fixes import FIXES
->>> FIXES["lr_div10"].configure(TrainConfig(lr=0.5)).lr
-0.05
+>>> FIXES["amp_off"].configure(TrainConfig(precision="fp16")).precision
+'fp32'
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+import torch.nn as nn
 
-from nanlab.batches import named_tensors
+from nanlab.batches import map_tensors, named_tensors
 from nanlab.data import IGNORE_INDEX
-from nanlab.errors import check_choice
-from nanlab.train import TrainConfig, Trainer
+from nanlab.errors import NanlabError, check_choice
+from nanlab.model import GPT
+from nanlab.norms import eps_field, norm_modules
+from nanlab.train import TrainConfig, Trainer, to_device
+
+EPS_FLOOR = 1e-5  # the eps of torch.nn.LayerNorm's default; below 1e-6 counts as tiny
+
+
+class NotApplicable(NanlabError):
+    """A fix that would change nothing in this run (its message says why)."""
 
 
 @dataclass(frozen=True)
 class Fix:
     """One cure: what it does, what it changes in the config, what it installs.
 
-    ``change(config)`` returns the config changes (``{}``: installs something instead;
-    ``None``: does not apply to this config); ``install(trainer)`` adds callbacks.
+    ``change(config)`` returns the config changes (``{}``: none, it acts on the trainer;
+    ``None``: the config says there is nothing to change). ``install(trainer)`` acts on
+    the built trainer: it adds callbacks (returns None) or edits the model or the
+    optimizer and returns what it changed, in words (``[]``: nothing to change).
 
-    >>> from nanlab.train import TrainConfig
     >>> fix = get_fix("lr_div10")
-    >>> fix.configure(TrainConfig(lr=5e-3)).lr
-    0.0005
+    >>> trainer = Trainer(TrainConfig(lr=5e-3, progress=False))
+    >>> fix.install(trainer)
+    ['base LR 0.005 -> 0.0005']
     """
 
     name: str
     summary: str
-    change: Callable[[TrainConfig], dict]  # config changes; None: does not apply
-    install: Callable[[Trainer], None] = lambda trainer: None
+    change: Callable[[TrainConfig], dict | None]  # config changes; None: nothing to change
+    install: Callable[[Trainer], list[str] | None] = lambda trainer: None
 
     def configure(self, config: TrainConfig) -> TrainConfig | None:
         changes = self.change(config)
@@ -50,55 +66,166 @@ class Fix:
         return self.change(config) is not None
 
 
-def batch_problems(batch, vocab_size: int | None = None) -> list[str]:
+@dataclass(frozen=True)
+class LabelRange:
+    """The legal values of a batch's integer tensors, read from the model itself.
+
+    ``ids`` maps the name of each batch tensor an embedding reads (token ids) to that
+    embedding's size: its values must be below it. ``classes`` is the last dimension of
+    the model's output (the logits), when it scores at least two classes; any other
+    integer tensor shaped like the output without that dimension (``label_shape``) is a
+    label and must be below ``classes``. -100 (``IGNORE_INDEX``) is always legal.
+
+    >>> r = LabelRange(classes=5, label_shape=(4,), ids={"tokens": 20})
+    >>> r.limit("y", torch.zeros(4).long()), r.limit("tokens", torch.zeros(4).long())
+    (5, 20)
+    """
+
+    classes: int | None
+    label_shape: tuple[int, ...] | None
+    ids: dict[str, int] = field(default_factory=dict)
+
+    def limit(self, name: str, t: torch.Tensor) -> int | None:
+        if name in self.ids:
+            return self.ids[name]
+        if self.classes is not None and tuple(t.shape) == self.label_shape:
+            return self.classes
+        return None
+
+
+_RANGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def label_range(trainer: Trainer, batch) -> LabelRange:
+    """The legal label and id range of ``trainer``'s model (:class:`LabelRange`), measured
+    once per model by one forward pass without gradients.
+
+    The pass runs on a harmless copy of ``batch`` (integers 0, floats 0), so a batch
+    with illegal labels cannot crash it (on CUDA that would be a device-side assert), and
+    the RNG and every module's train / eval mode are left as they were.
+
+    >>> from nanlab.data import CountingTask
+    >>> trainer = Trainer(TrainConfig(progress=False))
+    >>> label_range(trainer, trainer.batches(0)).classes
+    32
+    """
+    model = trainer.model
+    if model in _RANGES:
+        return _RANGES[model]
+    seen: list = []
+    embedded: dict[int, int] = {}  # data_ptr of an embedding's input -> its size
+
+    def read_ids(module, args):
+        if args and isinstance(args[0], torch.Tensor):
+            embedded[args[0].data_ptr()] = module.num_embeddings
+    handles = [model.register_forward_hook(lambda module, args, output: seen.append(output))]
+    handles += [m.register_forward_pre_hook(read_ids) for m in model.modules()
+                if isinstance(m, nn.Embedding)]
+    modes = [(m, m.training) for m in model.modules()]
+    harmless = to_device(map_tensors(batch, lambda t: t if t.dtype == torch.bool
+                                     else torch.zeros_like(t)),
+                         trainer.device, trainer.input_dtype)
+    devices = [trainer.device] if trainer.device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices), torch.no_grad(), trainer.autocast():
+            model.eval()
+            trainer.loss_fn(model, harmless)
+    except Exception:  # noqa: BLE001 - the forward may have run; only its output matters
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+        for m, mode in modes:
+            m.train(mode)
+    prefix = "batch" if isinstance(batch, torch.Tensor) else ""
+    ids = {name: embedded[t.data_ptr()] for name, t in named_tensors(harmless, prefix)
+           if not t.is_floating_point() and t.numel() and t.data_ptr() in embedded}
+    out = _logits(seen[0]) if seen else None
+    if out is None or out.dim() < 2 or out.shape[-1] < 2:
+        found = LabelRange(None, None, ids)
+    else:
+        found = LabelRange(int(out.shape[-1]), tuple(out.shape[:-1]), ids)
+    _RANGES[model] = found
+    return found
+
+
+def _logits(output) -> torch.Tensor | None:
+    """The scores in a model's output: a tensor, ``.logits`` (Hugging Face), or the first
+    tensor of a tuple or dict."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(output, dict) and isinstance(output.get("logits"), torch.Tensor):
+        return output["logits"]
+    return next((t for _, t in named_tensors(output)), None)
+
+
+def batch_problems(batch, vocab_size: int | LabelRange | None = None) -> list[str]:
     """What is wrong with a batch, in words; [] for a clean one (SOP step 1).
 
-    Every float tensor must be finite; integer tensors are labels: no negative value
-    other than IGNORE_INDEX (-100), none >= ``vocab_size`` when it is given, and not
-    all masked (a mean over nothing is 0 / 0).
+    Every float tensor must be finite; integer tensors are labels or ids: no negative
+    value other than IGNORE_INDEX (-100), not all masked (a mean over nothing is
+    0 / 0), and below the model's range: ``vocab_size`` for every integer tensor when it
+    is a number, or per tensor from a :class:`LabelRange` (:func:`label_range`).
 
     >>> from nanlab.data import CountingTask
     >>> batch_problems(CountingTask()(0), vocab_size=32)
     []
+    >>> batch_problems((torch.zeros(3, 2), torch.tensor([0, 7, 1])),
+    ...                LabelRange(classes=5, label_shape=(3,)))
+    ['[1]: 1 illegal label(s) [7] (legal: 0 to 4, or -100)']
     """
     problems = []
     for name, t in named_tensors(batch, "batch" if isinstance(batch, torch.Tensor) else ""):
-        if t.is_floating_point():
+        if t.is_floating_point() or t.is_complex():
             bad = int((~torch.isfinite(t)).sum())
             if bad:
                 nan = int(torch.isnan(t).sum())
                 problems.append(f"{name}: {bad} non-finite value(s) ({nan} NaN, "
                                 f"{bad - nan} inf) of {t.numel()}")
             continue
-        if t.dtype == torch.bool or name in ("tokens",):
+        if t.dtype == torch.bool:
             continue
         valid = t != IGNORE_INDEX
         if t.numel() and not valid.any():
             problems.append(f"{name}: every target is masked ({IGNORE_INDEX}): "
                             "the mean loss is 0 / 0")
+        limit = vocab_size.limit(name, t) if isinstance(vocab_size, LabelRange) else vocab_size
         illegal = valid & (t < 0)
-        if vocab_size is not None:
-            illegal |= valid & (t >= vocab_size)
+        if limit is not None:
+            illegal |= valid & (t >= limit)
         if illegal.any():
             values = sorted(set(t[illegal].tolist()))[:5]
-            problems.append(f"{name}: {int(illegal.sum())} illegal label(s) {values}")
+            legal = f"0 to {limit - 1}, or {IGNORE_INDEX}" if limit is not None else \
+                f"0 or more, or {IGNORE_INDEX}"
+            problems.append(f"{name}: {int(illegal.sum())} illegal label(s) {values} "
+                            f"(legal: {legal})")
     return problems
+
+
+MAX_BAD_IN_A_ROW = 100  # validate_data gives up (one clear line) after this many
 
 
 def _skip_bad_batches(trainer: Trainer) -> None:
     """Check every batch before it is used and train on the next clean one instead."""
-    source, vocab = trainer.batches, trainer.config.model.vocab_size
+    source = trainer.batches
 
     def checked(index: int):
-        batch = source(index)
-        problems = batch_problems(batch, vocab)
-        if problems:
+        for _ in range(MAX_BAD_IN_A_ROW):
+            batch = source(index)
+            problems = batch_problems(batch, label_range(trainer, batch))
+            if not problems:
+                return batch
             trainer.record.log_event("bad_batch", trainer.step, batch=index,
                                      problems=problems)
             trainer.skip_batches.add(index)
             trainer.data_position = index + 1
-            return checked(trainer.next_batch_index())
-        return batch
+            index = trainer.next_batch_index()
+        raise NanlabError(f"validate_data: {MAX_BAD_IN_A_ROW} batches in a row up to batch "
+                          f"{index} fail the check (the last: {'; '.join(problems)}): the "
+                          "data itself, or the label range read from the model, is wrong")
     trainer.batches = checked
 
 
@@ -107,6 +234,71 @@ def _skip_nonfinite(trainer: Trainer) -> None:
         if not info.finite:
             info.skip, info.skip_reason = True, "non-finite loss or gradient"
     trainer.add_callback("on_after_backward", check)
+
+
+def _divide_lr(by: float) -> Callable[[Trainer], list[str]]:
+    def install(trainer: Trainer) -> list[str]:
+        before = trainer.base_lr
+        trainer.divide_lr(by)
+        return [f"base LR {before:g} -> {trainer.base_lr:g}"]
+    return install
+
+
+def _raise_norm_eps(trainer: Trainer) -> list[str]:
+    changes = []
+    for name, m, attr in norm_modules(trainer.model):
+        eps = getattr(m, attr)
+        if eps < EPS_FLOOR:
+            setattr(m, attr, EPS_FLOOR)
+            changes.append(f"{name or type(m).__name__}.{attr} {eps:g} -> {EPS_FLOOR:g}")
+    return changes
+
+
+INIT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Embedding, nn.RNNBase)
+
+
+def reinit(model: nn.Module, scheme: str = "default") -> list[str]:
+    """Re-initialise every Linear, Conv, Embedding and recurrent layer, by its type.
+
+    ``scheme``: "default" is each layer's own ``reset_parameters`` (PyTorch's fan-in
+    scaled init), "normal" GPT-2's normal(0, 0.02) with zero biases; a Hugging Face model
+    (one with ``_init_weights``) uses its own scheme for "default". Norm layers are reset
+    to weight 1, bias 0. Returns what was re-initialised, in words.
+
+    >>> net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    >>> _ = nn.init.normal_(net[0].weight, std=100.0)
+    >>> reinit(net), bool(net[0].weight.abs().max() < 1)
+    (['2 Linear layers (default)'], True)
+    """
+    check_choice("scheme", scheme, ["default", "normal"])
+    counts: dict[str, int] = {}
+    own = getattr(model, "_init_weights", None) if scheme == "default" else None
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, INIT_LAYERS):
+                if callable(own):
+                    own(m)
+                elif scheme == "normal" and not isinstance(m, nn.RNNBase):
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+                    if getattr(m, "bias", None) is not None:
+                        nn.init.zeros_(m.bias)
+                else:
+                    m.reset_parameters()
+                counts[type(m).__name__] = counts.get(type(m).__name__, 0) + 1
+            elif eps_field(m) is not None:
+                if isinstance(getattr(m, "weight", None), torch.Tensor):
+                    nn.init.ones_(m.weight)
+                if isinstance(getattr(m, "bias", None), torch.Tensor):
+                    nn.init.zeros_(m.bias)
+    used = "Hugging Face's _init_weights" if callable(own) else scheme
+    return [f"{n} {kind} layer{'s' if n > 1 else ''} ({used})" for kind, n in counts.items()]
+
+
+def _reinit_foreign(trainer: Trainer) -> list[str]:
+    """sane_init on a model nanlab did not make (the toy's init is in its config)."""
+    if isinstance(trainer.model, GPT):
+        return []
+    return reinit(trainer.model)
 
 
 def _only(condition: bool, changes: dict) -> dict | None:
@@ -124,7 +316,10 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
         lambda c: _only(c.precision in ("fp16", "fp16-pure") and not (
             c.precision == "fp16" and c.grad_scaler is not False),
             {"precision": "fp16", "grad_scaler": True})),
-    Fix("lr_div10", "divide the learning rate by 10", lambda c: {"lr": c.lr / 10}),
+    Fix("lr_div10", "divide the learning rate by 10 (the optimizer's own param groups)",
+        lambda c: {}, _divide_lr(10)),
+    Fix("lr_div100", "divide the learning rate by 100 (the optimizer's own param groups)",
+        lambda c: {}, _divide_lr(100)),
     Fix("warmup_cosine", "20 warmup steps, then cosine decay",
         lambda c: _only(c.warmup_steps < 20 or c.schedule != "cosine",
                         {"warmup_steps": 20, "schedule": "cosine"})),
@@ -136,13 +331,16 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
             (c.model.init, c.model.init_std, c.model.init_scale, c.model.mlp_bias_init,
              c.model.use_norms, c.model.residual) != ("normal", 0.02, 1.0, 0.0, True, True),
             {"model": {"init": "normal", "init_std": 0.02, "init_scale": 1.0,
-                       "mlp_bias_init": 0.0, "use_norms": True, "residual": True}})),
+                       "mlp_bias_init": 0.0, "use_norms": True, "residual": True}}),
+        _reinit_foreign),
     Fix("modern_block", "the pre-LN block: LayerNorm, residual connections, GELU",
         lambda c: _only(
             (c.model.use_norms, c.model.residual, c.model.activation) != (True, True, "gelu"),
             {"model": {"use_norms": True, "residual": True, "activation": "gelu"}})),
-    Fix("norm_eps", "LayerNorm eps = 1e-5 (Adam's eps is not touched: see grad_scaler)",
-        lambda c: _only(c.model.norm_eps < 1e-5, {"model": {"norm_eps": 1e-5}})),
+    Fix("norm_eps", "every norm's eps at least 1e-5 (Adam's eps is not touched: see "
+        "grad_scaler)",
+        lambda c: _only(c.model.norm_eps < EPS_FLOOR, {"model": {"norm_eps": EPS_FLOOR}}),
+        _raise_norm_eps),
     Fix("stable_softmax", "subtract the row max before exp (attention and loss)",
         lambda c: _only(c.model.softmax != "stable" or c.loss_impl != "torch",
                         {"model": {"softmax": "stable"}, "loss_impl": "torch"})),
@@ -167,4 +365,39 @@ def get_fix(name: str) -> Fix:
     return FIXES[name]
 
 
-__all__ = ["FIXES", "Fix", "batch_problems", "get_fix"]
+def build_with_fixes(build: Callable[[TrainConfig], Trainer], config: TrainConfig,
+                     names) -> Trainer:
+    """``build(config)`` with fixes applied: their config changes first, then what they
+    install in or change on the built trainer (its model, its optimizer).
+
+    A fix the config says nothing about may still act on the model (the eps of a norm
+    nanlab did not make); one that changes neither raises :class:`NotApplicable`.
+
+    >>> build_with_fixes(Trainer, TrainConfig(progress=False), ["amp_off"])
+    Traceback (most recent call last):
+    ...
+    nanlab.faults.fixes.NotApplicable: amp_off changes nothing in this run (train in fp32)
+    """
+    fixes = [get_fix(n) for n in ([names] if isinstance(names, str) else names)]
+    untouched = []
+    for fix in fixes:
+        changed = fix.configure(config)
+        if changed is None:
+            untouched.append(fix)
+        else:
+            config = changed
+    trainer = build(config)
+    if not isinstance(trainer, Trainer):
+        raise NanlabError(f"build(config) must return a nanlab Trainer; got "
+                          f"{type(trainer).__name__}")
+    for fix in fixes:
+        done = fix.install(trainer)
+        if done:
+            trainer.record.log_event("fix", trainer.step, fix=fix.name, changes=done)
+        if fix in untouched and not done:
+            raise NotApplicable(f"{fix.name} changes nothing in this run ({fix.summary})")
+    return trainer
+
+
+__all__ = ["EPS_FLOOR", "FIXES", "Fix", "LabelRange", "NotApplicable", "batch_problems",
+           "build_with_fixes", "get_fix", "label_range", "reinit"]

@@ -15,6 +15,7 @@ import torch.nn as nn
 from nanlab.batches import replace_tensor, tensor_at, tensor_paths
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import get_fault
+from nanlab.norms import norm_modules
 
 
 # ---------------------------------------------------------------------------------------
@@ -127,16 +128,15 @@ class Injection:
         return n
 
     def set_norm_eps(self, eps: float) -> int:
-        """Set ``eps`` on every LayerNorm-like module (anything with an ``eps`` and a
-        ``normalized_shape`` or nanlab's own LayerNorm)."""
+        """Set the eps of every normalisation module, whatever its field is called
+        (:func:`nanlab.norms.norm_modules`: torch's, Hugging Face's, hand-written)."""
         self._need("model", self.model)
         n = 0
-        for m in self.model.modules():
-            if hasattr(m, "eps") and (hasattr(m, "normalized_shape") or hasattr(m, "impl")):
-                m.eps = eps
-                n += 1
+        for _, m, attr in norm_modules(self.model):
+            setattr(m, attr, eps)
+            n += 1
         if n == 0:
-            raise NanlabError("this model has no LayerNorm-like module (with an eps) to change")
+            raise NanlabError("this model has no normalisation module with an eps to change")
         return n
 
     def _need(self, what: str, value) -> None:

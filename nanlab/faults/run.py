@@ -136,13 +136,13 @@ def execute(trainer: Trainer, name: str | None = None, params: dict | None = Non
     >>> run.error_step, run.error is not None  # doctest: +SKIP
     (40, True)
     """
-    error = error_step = None
     try:
-        trainer.run()
+        trainer.run()  # a crash is logged as an "error" event with its step, then raised
     except NotImplementedError:
         raise  # a learner's unfinished callback: let the lab's check say "not done yet"
-    except (IndexError, RuntimeError) as e:
-        error, error_step = f"{type(e).__name__}: {e}".splitlines()[0], trainer.step
-        trainer.record.log_event("error", trainer.step, error=error)
-        trainer.record.flush()
+    except Exception:  # a crash while training is the run's symptom, kept in its record
+        if trainer.record.crash[0] is None:
+            raise  # raised before training began (a refused folder): not a symptom
+    error, error_step = trainer.record.crash
     return FaultRun(name, params or {}, fixes or [], trainer.record, trainer, error, error_step)
+

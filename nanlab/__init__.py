@@ -16,6 +16,7 @@ The library, the modules the labs import most at the top:
 - ``nanlab.atomic``      one atomic writer (temp file, fsync, rename) for every file nanlab writes
 - ``nanlab.batches``     one walker over nested batches (tuples, dicts, dataclasses of tensors)
 - ``nanlab.signals``     reading a loss curve: spikes, recovery, stalls
+- ``nanlab.norms``       the normalisation layers of any model and the field holding their eps
 - ``nanlab.judge``       one judge of a run: healthy, or spike / stall / diverge / nonfinite / error
 - ``nanlab.errors``      errors that say what was wrong, the value, and what is allowed
 - ``nanlab.distributed`` data-parallel training on the CPU, every rank guarded alike

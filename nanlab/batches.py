@@ -109,6 +109,22 @@ def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
 
 
 # -- the containers a batch is made of ------------------------------------------------
+def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype | None = None) -> Any:
+    """Move a batch (tensor, dataclass, dict, list or tuple of them) to ``device``.
+
+    ``float_dtype`` also casts floating-point tensors (a pure-fp16 model needs fp16 inputs).
+
+    >>> to_device({"x": torch.ones(2), "y": torch.zeros(2).long()}, torch.device("cpu"),
+    ...           float_dtype=torch.float16)
+    {'x': tensor([1., 1.], dtype=torch.float16), 'y': tensor([0, 0])}
+    """
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if float_dtype is not None and t.is_floating_point():
+            return t.to(device, float_dtype)
+        return t.to(device)
+    return map_tensors(batch, move)
+
+
 def _children(obj: Any) -> list[tuple[Any, Any]] | None:
     """(key, value) of a container; None for a leaf (a tensor or anything else)."""
     if isinstance(obj, (list, tuple)):

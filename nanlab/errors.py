@@ -50,3 +50,12 @@ def _bounds(low, high) -> str:
     if high is not None:
         return f" <= {high}"
     return ""
+
+
+def error_line(e: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message.
+
+    >>> error_line(IndexError("Target 40 is out of bounds.\\nmore"))
+    'IndexError: Target 40 is out of bounds.'
+    """
+    return (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0]

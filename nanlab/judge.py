@@ -33,8 +33,9 @@ How well it must have learned has three reference points, named in the verdict:
   step the replay must be at least as far as the bad run was (within ``BEHIND_FACTOR``),
   and then keep learning (below ``LEARN_FRACTION`` of its start). A bad run that stayed
   finite (its failure is its whole curve) is beaten by ending below ``BETTER_FACTOR`` of
-  its final loss. This is how diagnose proves a fix on any model, whatever its loss
-  scale and learning speed;
+  its final loss; one that failed before it learned (at step 0) only asks the replay to
+  learn (below ``LEARN_FRACTION`` of its start). This is how diagnose proves a fix on
+  any model, whatever its loss scale and learning speed;
 - ``start``: neither: the final loss must come down to ``START_FRACTION`` of the
   first (the toy starts near 3.5 and a clean run reaches about 7 % of that in 120
   steps). Only this rule can tell a slow learner from a healthy one, so it is the
@@ -172,20 +173,15 @@ def judge(run: Any, *, clean: Any = None, baseline: Any = None,
         return _verdict("nonfinite", f"every step non-finite from step {bad[0]['step']} "
                         "(all skipped)", bad[0]["step"], rows, losses, clean_final)
     start, end = _start(losses), final_loss(losses)
-    limit, reference = loss_limit(start, clean_final)
+    limit, reference = _limit(start, clean_final, baseline)
     behind = None
-    if reference == "start" and baseline is not None:
-        point = failure_point(baseline)
-        worse = _finite_end(baseline)
-        if point is None and worse is not None:  # a finite bad run: be clearly better
-            limit, reference = min(LEARN_FRACTION * start, BETTER_FACTOR * worse), "bad run"
-        if point is not None:  # the replay is held to the bad run, not to an absolute bar
-            at, level = point
-            mine = _smoothed_at(losses, at)
-            limit, reference = LEARN_FRACTION * start, "bad run"
-            if math.isfinite(mine) and mine > BEHIND_FACTOR * level:
-                behind = (f"behind the bad run: loss {mine:.3g} at step {at}, where the bad "
-                          f"run had {level:.3g} before it failed")
+    point = failure_point(baseline) if reference == "bad run" else None
+    if point is not None:  # the replay is held to the bad run, not to an absolute bar
+        at, level = point
+        mine = _smoothed_at(losses, at)
+        if math.isfinite(mine) and mine > BEHIND_FACTOR * level:
+            behind = (f"behind the bad run: loss {mine:.3g} at step {at}, where the bad "
+                      f"run had {level:.3g} before it failed")
     but = "finite, but " if not bad else f"{len(bad)} non-finite step(s) skipped, but "
     spikes = [s for s in find_spikes(losses) if s >= SPIKE_GRACE] if "spike" in watch else []
     if spikes:
@@ -212,14 +208,27 @@ def judge(run: Any, *, clean: Any = None, baseline: Any = None,
     elif reference == "bad run" and failure_point(baseline):
         at, level = failure_point(baseline)
         versus = f" (the bad run: {level:.3g} at step {at}, then it failed)"
-    elif reference == "bad run":
+    elif reference == "bad run" and _finite_end(baseline) is not None:
         versus = f" (the bad run ended at {_finite_end(baseline):.3g})"
+    elif reference == "bad run":
+        versus = " (the bad run failed before it learned)"
     if bad:
         return _verdict("contained", f"{len(bad)} non-finite step(s) from step "
                         f"{bad[0]['step']}, all skipped; final loss {end:.3g}{versus}",
                         bad[0]["step"], rows, losses, clean_final, baseline)
     return _verdict("healthy", f"finite and learning: loss {start:.2f} -> {end:.3g}{versus}",
                     None, rows, losses, clean_final, baseline)
+
+
+def _limit(start: float, clean_final: float | None, baseline: Any) -> tuple[float, str]:
+    """The highest final loss that still counts as learning, and its reference point."""
+    limit, reference = loss_limit(start, clean_final)
+    if reference != "start" or baseline is None:
+        return limit, reference
+    worse = _finite_end(baseline)
+    if worse is not None and failure_point(baseline) is None:  # a finite bad run: beat it
+        return min(LEARN_FRACTION * start, BETTER_FACTOR * worse), "bad run"
+    return LEARN_FRACTION * start, "bad run"  # learned before it failed, or never did
 
 
 def _against(reference: str, clean_final: float | None) -> str:
@@ -348,13 +357,7 @@ def _start(losses: np.ndarray) -> float:
 
 def _verdict(kind, reason, step, rows, losses, clean_final, baseline=None) -> Verdict:
     start, end = _start(losses), final_loss(losses)
-    limit, reference = loss_limit(start, clean_final)
-    if reference == "start" and baseline is not None:
-        worse = _finite_end(baseline)
-        if failure_point(baseline):
-            limit, reference = LEARN_FRACTION * start, "bad run"
-        elif worse is not None:
-            limit, reference = min(LEARN_FRACTION * start, BETTER_FACTOR * worse), "bad run"
+    limit, reference = _limit(start, clean_final, baseline)
     first = next((r["step"] for r in rows if not r.get("finite", True)), None)
     return Verdict(kind, reason, step, start, end, limit, reference, first)
 

@@ -59,8 +59,9 @@ class GPTConfig:
     init_std: float = 0.02
     init_scale: float = 1.0
     qk_norm: bool = False  # LayerNorm on q and k before the dot product (Wortsman et al. 2023)
-    # "stable" subtracts the row max before exp; "naive" is exp(x) / sum(exp(x)), which
-    # overflows once a score passes ~88.7 in fp32 or ~11.1 in fp16.
+    # "stable" subtracts the row max before exp; "naive" is exp(x) / sum(exp(x)) in the
+    # scores' own dtype (autocast off for it, no cast), which overflows once a score
+    # passes ~88.7 in fp32 or ~11.1 in fp16, on the CPU and on CUDA alike.
     softmax: str = "stable"
     pos_encoding: str = "learned"  # "learned" | "sinusoidal"
     # Absolute position of the first token, for a stream that keeps counting across
@@ -161,8 +162,13 @@ class Softmax(nn.Module):
         if self.kind == "stable":
             # exp(x - max) <= 1, so nothing overflows; masked -inf entries give exp = 0.
             x = x - x.amax(-1, keepdim=True)
-        e = torch.exp(x)  # naive: exp(89.0) is inf in fp32, exp(11.1) is inf in fp16
-        return e / e.sum(-1, keepdim=True)  # inf / inf = NaN
+            e = torch.exp(x)
+            return e / e.sum(-1, keepdim=True)
+        # naive, and kept out of autocast without x.float(): every op runs in x's dtype
+        # (fp16 scores stay fp16 on CPU and CUDA alike); exp(11.1) is inf in fp16
+        with torch.autocast(x.device.type, enabled=False):
+            e = torch.exp(x)
+            return e / e.sum(-1, keepdim=True)  # inf / inf = NaN
 
 
 class CausalSelfAttention(nn.Module):

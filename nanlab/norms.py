@@ -27,14 +27,14 @@ def norm_modules(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
 
 
 def eps_field(m: nn.Module) -> str | None:
-    """The name of a normalisation module's eps field, or None for any other module."""
+    """The name of a normalisation module's eps field, or None for any other module.
+
+    >>> eps_field(nn.LayerNorm(4)), eps_field(nn.Linear(4, 4))
+    ('eps', None)
+    """
     if not (isinstance(m, NORM_TYPES) or "norm" in type(m).__name__.lower()):
         return None
     return next((f for f in EPS_FIELDS if type(getattr(m, f, None)) is float), None)
-
-
-NORM_TYPES = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase,
-              *([nn.RMSNorm] if hasattr(nn, "RMSNorm") else []))
 
 
 __all__ = ["EPS_FIELDS", "NORM_TYPES", "eps_field", "norm_modules"]

@@ -43,25 +43,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from nanlab.batches import map_tensors
+from nanlab.batches import to_device
 from nanlab.checkpoint import CheckpointStore, safe_load
 from nanlab.config import TrainConfig
 from nanlab.data import IGNORE_INDEX, CountingTask
-from nanlab.errors import NanlabError, check_choice, check_range
+from nanlab.errors import NanlabError, check_choice, check_range, error_line
 from nanlab.model import GPT
 from nanlab.record import RunRecord, environment_info
 
 EVENTS = ("on_run_start", "on_step_start", "on_after_backward", "on_step_end",
           "on_checkpoint", "on_run_end")
-
-
-def error_line(e: BaseException) -> str:
-    """An exception in one line: its type and the first line of its message.
-
-    >>> error_line(IndexError("Target 40 is out of bounds.\\nmore"))
-    'IndexError: Target 40 is out of bounds.'
-    """
-    return (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -116,11 +107,12 @@ def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False) -
     """
     logits = model(batch.tokens, batch.features).flatten(0, 1)  # (B*T, V)
     targets = batch.targets.flatten()
-    if naive:
+    if naive:  # out of autocast, no .float(): fp16 logits stay fp16 on any device
         keep = targets != IGNORE_INDEX
-        e = torch.exp(logits[keep])  # in fp16, exp(11.1) is already inf
-        p = e.gather(1, targets[keep, None]) / e.sum(-1, keepdim=True)  # inf / inf = NaN
-        loss = -torch.log(p).mean()
+        with torch.autocast(logits.device.type, enabled=False):
+            e = torch.exp(logits[keep])  # in fp16, exp(11.1) is already inf
+            p = e.gather(1, targets[keep, None]) / e.sum(-1, keepdim=True)  # x / inf = 0
+            loss = -torch.log(p).mean()
     else:
         loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
     if z_loss:
@@ -148,22 +140,6 @@ def lr_factor(step: int, config: TrainConfig) -> float:
     progress = min(1.0, (step - config.warmup_steps) / max(1, total - config.warmup_steps))
     cosine = 0.5 * (1 + math.cos(math.pi * progress))  # 1 -> 0
     return config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine
-
-
-def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype | None = None) -> Any:
-    """Move a batch (tensor, dataclass, dict, list or tuple of them) to ``device``.
-
-    ``float_dtype`` also casts floating-point tensors (a pure-fp16 model needs fp16 inputs).
-
-    >>> to_device({"x": torch.ones(2), "y": torch.zeros(2).long()}, torch.device("cpu"),
-    ...           float_dtype=torch.float16)
-    {'x': tensor([1., 1.], dtype=torch.float16), 'y': tensor([0, 0])}
-    """
-    def move(t: torch.Tensor) -> torch.Tensor:
-        if float_dtype is not None and t.is_floating_point():
-            return t.to(device, float_dtype)
-        return t.to(device)
-    return map_tensors(batch, move)
 
 
 def global_grad_norm(params: list[nn.Parameter]) -> torch.Tensor:

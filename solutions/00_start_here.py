@@ -77,7 +77,13 @@ print(f"\n{model.num_params():,} parameters")
 
 # %% [markdown]
 # About a hundred thousand parameters: small enough to train in seconds on a
-# laptop, big enough to fail in all the ways a large model does. The module names
+# laptop, big enough to show the numerical failures (overflow, 0 / 0, exploding
+# and vanishing gradients, too high an LR, dirty batches) when we inject them. It
+# cannot show what only scale brings: the loss spikes of large runs, which came
+# from particular batches meeting a particular model state (PaLM, Chowdhery et
+# al. 2022, section 5.1); attention-logit growth and entropy collapse, which set
+# in at lower LRs as models grow (Wortsman et al. 2023, section 3.1.1); outliers
+# that build up over long runs; hardware faults across many nodes. The module names
 # below are the names the tools use: a heat-map row called `blocks.1.attn.scores`
 # is the attention-score module of the second block.
 

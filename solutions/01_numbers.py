@@ -115,10 +115,34 @@ print(torch.tensor(300.0).half() ** 2)                # 90000 > 65504
 print(torch.tensor(300.0, dtype=torch.bfloat16) ** 2)  # no overflow, only rounding
 
 # %% [markdown]
-# Squares hide in many places of a Transformer: the variance inside LayerNorm, the
-# sum of squares of a gradient norm, the dot product `q @ k.T` of attention. In
-# bfloat16 the same square is merely rounded (90112 instead of 90000), which
-# training tolerates far better than `inf`.
+# Squares hide in many places of a Transformer: a variance, the sum of squares of a
+# gradient norm, the dot product `q @ k.T` of attention. In bfloat16 the same square
+# is merely rounded (90112 instead of 90000), which training tolerates far better
+# than `inf`.
+#
+# Whether such a square overflows depends on *who* computes it. PyTorch's own
+# kernels accumulate half-precision inputs in float32: `F.layer_norm` keeps its
+# mean and variance in `acc_type<T>` (pytorch/pytorch,
+# `aten/src/ATen/native/cuda/layer_norm_kernel.cu`), and `torch.linalg.vector_norm`
+# of a float16 tensor reduces in float (`aten/src/ATen/native/cuda/ReduceNormKernel.cu`,
+# `norm_kernel_cuda_impl<at::Half, float>`). Only the *result* is float16 again, so
+# a norm that is itself above 65504 still becomes `inf`. A hand-written variance or
+# norm in float16 (many RMSNorm implementations) overflows at the first square:
+
+# %%
+row = torch.tensor([300.0, -300.0] * 512).half()  # every square is 90000 > 65504
+norms = {"F.layer_norm": torch.nn.functional.layer_norm(row, (row.numel(),)),
+         "hand-written variance": ((row - row.mean()) ** 2).mean(),
+         "torch.linalg.vector_norm": torch.linalg.vector_norm(row),
+         "hand-written norm": (row * row).sum().sqrt()}
+for name, value in norms.items():
+    print(f"{name:25} finite: {bool(value.isfinite().all())}   dtype {value.dtype}")
+
+# %% tags=["nbval-check-output"]
+print("PyTorch's kernels stay finite:", bool(norms["F.layer_norm"].isfinite().all()
+                                              and norms["torch.linalg.vector_norm"].isfinite()))
+print("the hand-written float16 versions overflow:",
+      not norms["hand-written variance"].isfinite() and not norms["hand-written norm"].isfinite())
 
 # %% [markdown]
 # ## 3. Underflow: too small becomes `0`

@@ -310,7 +310,8 @@ n_bad = int((~np.isfinite(illegal.record.losses())).sum())
 print("non-finite steps before the crash:", n_bad)
 
 # %% [markdown]
-# So in PyTorch an illegal label is **loud**. Three details are worth knowing:
+# So in PyTorch an illegal label is **loud**, on one device. Four details are worth
+# knowing:
 #
 # - On **CUDA** the same check is a device-side assert inside the kernel. The error
 #   surfaces asynchronously, often at a later line than the one at fault, and it
@@ -324,6 +325,15 @@ print("non-finite steps before the crash:", n_bad)
 #   without a word), or labels inside the range but from the wrong vocabulary or
 #   shifted by one. Those give no error and no NaN, only a model that learns the
 #   wrong thing. Validation should count masked targets, not only check the range.
+# - Under tensor parallelism the check can disappear. Megatron-LM's vocab-parallel
+#   cross-entropy (NVIDIA/Megatron-LM, `megatron/core/tensor_parallel/cross_entropy.py`)
+#   masks every target outside a rank's slice of the vocabulary and gives it a
+#   predicted logit of 0, so an id outside the *whole* vocabulary is masked on every
+#   rank: that token's loss is a finite number that belongs to no label, and no
+#   error is raised. Its
+#   `VocabParallelEmbedding` (`layers.py`) does the same to input ids when the
+#   tensor-parallel size is above 1: an out-of-range id gets a zero embedding. Check
+#   the range in the data pipeline; do not count on the loss to complain.
 #
 # ### The four side by side
 # The symptom all four share is the one to remember: **the loss is non-finite (or
@@ -790,8 +800,9 @@ for step in range(6):
 #   numbers; `std.clamp_min(eps)` fixes it.
 # - An all-masked batch: NaN loss; harmless gradients with PyTorch's `ignore_index`,
 #   poisoned ones with a hand-written masked mean (clamp the count).
-# - An illegal label is loud in PyTorch (IndexError, a device-side assert on CUDA),
-#   NaN only in TensorFlow on GPU; `-100` is silently ignored.
+# - An illegal label is loud in single-device PyTorch (IndexError, a device-side
+#   assert on CUDA), NaN in TensorFlow on GPU, silently masked by Megatron-LM's
+#   vocab-parallel loss; `-100` is silently ignored.
 # - The cure is validation of the batch the model sees; LR ÷ 10 and clipping do
 #   nothing; skipping non-finite steps contains the damage but keeps the cause.
 # - Proof: same seed, bit-identical before the bad batch, same loss at step 199.

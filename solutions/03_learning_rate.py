@@ -140,7 +140,8 @@ print("spikes found:", len(find_spikes(adam_losses)))
 # No NaN, no inf, no spike: a monitor that only watches for NaN stays silent while
 # the model learns nothing. Why no NaN? Adam's update is about `lr · m / √v`, and
 # `m / √v` is close to ±1, so every weight moves by about the learning rate each
-# step, never more. LayerNorm then rescales the activations, so nothing grows
+# step; with this toy's β2 = 0.95 never more (section 3 derives the bound, which is
+# about 3.16 lr with PyTorch's default β2 = 0.999). LayerNorm then rescales the activations, so nothing grows
 # towards the float32 limit. The weights are simply kicked around too hard to
 # settle: the loss climbs and stays high.
 #
@@ -347,6 +348,56 @@ print("every weight moved by between 0.9 x LR and LR:",
 # those first steps; **cosine decay** (余弦退火) then lowers it smoothly so that the
 # last steps fine-tune instead of jumping around the minimum.
 #
+# ### How large can an Adam step be? Not "at most the LR"
+# The first step is exactly `lr` per weight. Later steps are not capped at the LR.
+# Kingma & Ba (2015, "Adam: a method for stochastic optimization", section 2.1)
+# bound the step of one coordinate, with bias correction and ε = 0, by
+#
+# $$|\Delta_t| \le \mathrm{lr}\cdot\max\left(1,\ \frac{1-\beta_1}{\sqrt{1-\beta_2}}\right)$$
+#
+# and the worst case is a coordinate whose gradient was 0 for a long time and is
+# suddenly large: `m` takes `(1 − β1)·g` of it at once, while `v`, still
+# remembering the quiet steps, takes only `(1 − β2)·g²`. With PyTorch's default
+# betas (0.9, 0.999) that is 0.1 / √0.001 ≈ 3.16 lr; with β2 = 0.95, the value in
+# nanlab's `TrainConfig` (`nanlab/config.py`, printed below), the ratio is
+# 0.1 / √0.05 ≈ 0.45 and the bound is the LR itself. So the "Adam moves each
+# weight by at most about the LR" that this course leans on is a property of
+# β2 = 0.95, not of Adam. A large β2 means a `v` that lags behind a sudden change
+# of the gradients, and that lag is one account of Adam-driven loss spikes:
+# Wortsman et al. 2023 (section 4, citing Shazeer & Stern and Cohen et al.)
+# note that lowering β2 removes such spikes. Measured: 3000 quiet steps, then one
+# gradient of 1, on a single weight at LR 1 (ε = 1e-12, so 0 / 0 cannot occur).
+
+# %%
+def worst_adam_step(betas, quiet_steps=3000, lr=1.0):
+    """The size of the Adam step on a gradient of 1 after `quiet_steps` zero gradients."""
+    w = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.Adam([w], lr=lr, betas=betas, eps=1e-12)
+    for _ in range(quiet_steps):
+        w.grad = torch.zeros(1)
+        opt.step()
+    before = w.detach().clone()
+    w.grad = torch.ones(1)
+    opt.step()
+    return float((w.detach() - before).abs())
+
+
+torch_betas = torch.optim.Adam([torch.zeros(1)]).defaults["betas"]
+nanlab_betas = (TrainConfig().beta1, TrainConfig().beta2)
+steps_seen = {}
+for name, betas in (("PyTorch default", torch_betas), ("nanlab TrainConfig", nanlab_betas)):
+    bound = max(1.0, (1 - betas[0]) / math.sqrt(1 - betas[1]))
+    steps_seen[name] = (worst_adam_step(betas), bound)
+    print(f"{name:18} betas {betas}: step after the quiet stretch "
+          f"{steps_seen[name][0]:.3f} x lr, bound {bound:.3f} x lr")
+
+# %% tags=["nbval-check-output"]
+print("PyTorch's betas: the step is more than 3 x lr:", steps_seen["PyTorch default"][0] > 3)
+print("nanlab's betas: the step is below the lr:", steps_seen["nanlab TrainConfig"][0] < 1)
+print("both within the Kingma & Ba bound:",
+      all(step <= bound * 1.0001 for step, bound in steps_seen.values()))
+
+# %% [markdown]
 # **Exercise 2 · the schedule.** Write `lr_at(step, warmup, total, base_lr,
 # min_ratio)`, the learning rate at `step` of nanlab's schedule:
 #
@@ -450,8 +501,14 @@ fig = plot_compare({"no warmup (LR 0.02 from step 0)": cold.record,
 # `torch.nn.utils.clip_grad_norm_(params, max_norm)` computes the **global** norm
 # of all gradients together and, when it is above `max_norm`, multiplies *every*
 # gradient by `max_norm / norm`. The direction is kept; only the length is capped.
-# The article (claim M6) recommends `max_norm = 1.0`; OPT-175B lowered its
-# clipping from 2.5 to 1.0 mid-run.
+# The article (claim M6) recommends `max_norm = 1.0`. What OPT-175B really did:
+# the paper (Zhang et al. 2022, arXiv 2205.01068, sections 2.2 and 2.5) clips at
+# 1.0, lowered to 0.3 early in training because that helped stability, and cut the
+# LR by hand several times, restarting from an earlier checkpoint after each loss
+# divergence. The 2.5 seen in some summaries belongs to the earlier, abandoned 11.x
+# runs, which started at clip 2.5 and went to 1.5, then 1.0 (metaseq,
+# `projects/OPT/chronicles/10_percent_update.md`); in the final 12.x run the LR came
+# down by 10 % at run 12.43 and to 2/3 of GPT-3's at 12.45.2 (`56_percent_update.md`).
 #
 # **Exercise 3 · clip by hand.** Write `clip_by_global_norm(grads, max_norm)`: it
 # returns `(clipped, total_norm)`, a new list of tensors and the global norm
@@ -554,7 +611,8 @@ print("AdamW: clipped, still the same update (within 0.1 %):",
 
 # %% [markdown]
 # So with AdamW, clipping does **not** make an update smaller when the learning
-# rate is too high: the update is about `lr` per weight either way. What it does
+# rate is too high: the update is at most about `lr` per weight either way (with
+# this toy's β2 = 0.95; the bound is derived in section 3). What it does
 # do is keep one outlier step from dominating Adam's moment estimates (a single
 # huge gradient inflates `v`, which then shrinks the next dozens of updates).
 #
@@ -591,9 +649,12 @@ print("with clipping, final loss still more than 10x the clean run's:",
 # trajectory, not only the bad step.
 #
 # Clipping is cheap insurance against a rare outlier gradient, and essential with
-# SGD-like optimizers; it is not a cure for the LR. If the grad norm is clipped on
-# every step, the clip value is part of your learning rate: log how often it
-# fires.
+# SGD-like optimizers; it is not a cure for the LR. With SGD, a clip that fires on
+# every step effectively *sets* the step size, so the clip value becomes part of
+# the learning rate. With AdamW it does not (the five-step experiment above: a
+# common factor cancels in `m / √v`); a clip that fires on every step instead
+# reweights the steps against each other, the large-gradient ones counting less in
+# `m` and `v`. Either way, log how often it fires.
 #
 # ## 5. The spike detector, and when to leave a spike alone
 # nanlab's guard has a loss-spike detector (损失尖峰检测): a running z-score over

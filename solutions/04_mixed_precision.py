@@ -120,10 +120,14 @@ for name, out in ops.items():
 # The fault `fp16_overflow` is exactly that mistake: a softmax cross-entropy
 # written by hand, `-log(exp(l_y) / Σ exp(l))`, without subtracting the max. A
 # custom label-smoothing or distillation loss often looks like this. In fp32 it is
-# the same number as `F.cross_entropy`, until the model becomes confident. (On a
-# GPU, autocast would run this `exp` in fp32 and the run would survive; the same
-# bug bites there when the loss sees fp16 tensors outside autocast, in pure-fp16
-# code or after an explicit `.half()`.)
+# the same number as `F.cross_entropy`, until the model becomes confident. The
+# fault computes it in an `autocast(enabled=False)` region on the fp16 logits,
+# without `.float()`. PyTorch's autocast documentation ("Automatic Mixed Precision
+# package - torch.amp", on `autocast(enabled=False)` subregions) says inputs from the
+# surrounding region should be cast to the dtype you want; forgetting it leaves every
+# op in fp16, on the CPU and on CUDA alike, so this fault fires on both. Had the loss
+# stayed inside autocast, it would depend on the device: CUDA would run its `exp` and
+# `sum` in fp32 and survive, the CPU in fp16 (section 1), a CPU-only trap.
 #
 # We run it four ways, same seed, same data. A small callback records, for every
 # step, the largest logit and the largest **log of the softmax denominator**,

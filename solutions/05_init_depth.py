@@ -167,9 +167,12 @@ print("the global grad norm first passed 100 more than 20 steps before the first
 # Every row brightens together, by a dozen or more powers of ten between step 0 and
 # the last record before the inf. This is claim C1 in the record: the grad norm does
 # not jump once; it grows by a factor of ten every few steps for tens of steps.
-# Why here? AdamW moves every weight by up to about the learning rate per step,
-# whatever the size of its gradient (Lab 03), so the weights grow steadily (the
-# std printed above). Without LayerNorm nothing rescales the residual stream
+# Why here? An Adam step per weight is bounded by
+# $\mathrm{lr}\cdot\max(1, (1-\beta_1)/\sqrt{1-\beta_2})$ whatever the size of
+# its gradient (Kingma & Ba 2015, section 2.1; measured in Lab 03): the LR itself
+# with nanlab's β2 = 0.95, about 3.16 lr with PyTorch's default β2 = 0.999, whose
+# slower `v` is also linked to Adam-driven loss spikes (Wortsman et al. 2023,
+# section 4). So the weights grow steadily, never by a jump (the std printed above). Without LayerNorm nothing rescales the residual stream
 # between blocks, and the signal passes a dozen weight matrices on the way up
 # and again on the way down: a weight scale that grows steadily becomes
 # activations and gradients that grow by powers of ten.
@@ -693,6 +696,17 @@ print("every activation below 1000 (nothing near an overflow):",
 # the modern block: residual connections (a path around the activation), LayerNorm,
 # and GELU instead of a saturating or hard-zero nonlinearity.
 #
+# What this section showed, and what it did not. It showed that **dead or
+# saturating** activations (ReLU stuck at 0, a sigmoid chain) stall and do not
+# overflow. It did not test **unbounded or multiplicative** ones, and "activation
+# choice never causes NaN" would be the wrong conclusion: squared ReLU grows with
+# the square of its input, and SwiGLU multiplies two linear branches, so an outlier
+# input can come out much larger. Fishman et al. 2024 ("Scaling FP8 training to
+# trillion-token LLMs", arXiv 2409.12517) traced the divergence of FP8 runs of a
+# 7B model, appearing only after about 200B tokens, to outlier amplification by
+# SwiGLU, and fixed it with a rescaled Smooth-SwiGLU. That failure needs a long run
+# and a low-precision format; this toy has neither.
+#
 # ## 6. Optimizers and pretrained weights (claim M11)
 # ### 6a. AdamW vs SGD on the deep stack
 # The same 6 blocks without LayerNorm, the same LR 0.02, SGD with momentum 0.9
@@ -719,9 +733,9 @@ print("AdamW: grad norm at step 39 more than 1000x SGD's:",
 # SGD is "more stable" here only in the sense that it does nothing. Its update is
 # `lr × gradient`, and the gradients at this init are tiny (section 4), so the
 # weights hardly move. AdamW divides by the gradient's own running size, so every
-# weight moves by about the learning rate whatever the gradient: it escapes the
-# tiny-gradient start, and without LayerNorm the same property drives the
-# explosion. Neither optimizer fixes the architecture.
+# weight moves by up to about the learning rate (with β2 = 0.95) whatever the
+# gradient: it escapes the tiny-gradient start, and without LayerNorm the same
+# property drives the explosion. Neither optimizer fixes the architecture.
 #
 # ### 6b. AdamW vs SGD vs NAdam on the clean model
 # `TrainConfig.optimizer` offers `adamw` and `sgd`. NAdam (Adam with Nesterov
@@ -941,7 +955,9 @@ MultipleChoice(
 #   go together.
 # - **Myths** (C4): a dead ReLU gives exact-zero gradients and a stalled, finite
 #   loss; a deep sigmoid chain's gradients vanish towards the input, with small
-#   activations. Neither is a NaN.
+#   activations. Neither is a NaN. Not tested here: unbounded or multiplicative
+#   activations (SwiGLU, squared ReLU) can amplify outliers; an FP8 divergence has
+#   been traced to SwiGLU (Fishman et al. 2024).
 # - **Optimizers and pretrained weights** (M11): SGD did not explode the deep
 #   stack because it barely moved it; AdamW learned fastest on the clean model;
 #   a pretrained start ended better but was thrown further off by a careless

@@ -389,9 +389,12 @@ check("stable_softmax", lambda: stable_softmax(LOGITS), test=softmax_test,
 # largest attention score of every step, as the softmax sees it (after the causal
 # mask).
 #
-# (On a CUDA GPU, autocast runs `exp` in fp32, as Lab 04 explained, so this exact
-# fault may not fire there; the bug bites on a GPU in pure-fp16 code. The numbers
-# below are from the CPU.)
+# The naive softmax runs with autocast switched off for it and no cast to fp32, so
+# its `exp` sees the fp16 scores of the `q @ k` matmul on any device, CPU or CUDA.
+# Inside autocast it would depend on the device: CUDA autocast runs `exp` and `sum`
+# in fp32 (PyTorch documentation, "Automatic Mixed Precision package - torch.amp",
+# CUDA ops that can autocast to float32) and would not overflow here; CPU autocast
+# runs them in fp16. The numbers below are from the CPU.
 
 # %%
 def watch_scores(store):

@@ -184,8 +184,11 @@ print("loss at the step before it below 1.0:", record.steps[bad - 1]["loss"] < 1
 # every later step overflows again, and the loss scale halves at each one, down to
 # a few millionths, without helping. That is a clue worth noting: the GradScaler
 # scales the loss *after* it is computed, so an overflow inside the forward pass
-# or the loss is out of its reach. (On a CUDA GPU the step can differ by a few:
-# float sums are ordered differently there.)
+# or the loss is out of its reach. (On a CUDA GPU the step need not be the same:
+# PyTorch does not promise identical results between CPU and GPU runs, even with
+# identical seeds (PyTorch documentation, "Reproducibility"); fp16 kernels and the
+# order of float sums differ. The checks below assert a range of steps, and
+# `bench/gpu_check.py` prints the step a GPU gives.)
 #
 # ### 1c. Replay that step exactly (claims M4, B1)
 # *Which* value went non-finite first, and where? `locate` loads the nearest

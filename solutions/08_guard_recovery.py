@@ -353,8 +353,8 @@ print("LR schedule advanced only on applied updates:",
 print("mean loss of steps 90-99 within 15 % of the clean run's:", abs(ratio - 1) < 0.15)
 
 # %% [markdown]
-# Each skip is counted and logged with its reason; DeepSpeed users complain of
-# skipped steps that are easy to miss in the logs (DeepSpeed issue #8415). The
+# Each skip is counted and logged with its reason; DeepSpeed issue #8415 reports
+# ZeRO under bf16 skipping the step on a non-finite gradient with no log line. The
 # scheduler step is skipped with the optimizer step, so the LR schedule does not
 # run ahead of the updates.
 #
@@ -375,8 +375,10 @@ print("every step from there on skipped:", all(r["skipped"] for r in rows[first_
 # %% [markdown]
 # A skip guard that skips every step is a frozen run that looks alive: the same
 # silent failure as before, one level up. Watch the skip count, and alert when it
-# keeps growing (DeepSpeed stops when its loss scale bottoms out; gpt-neox users
-# asked for exactly that).
+# keeps growing (DeepSpeed's `runtime/fp16/loss_scaler.py` raises "Current loss
+# scale already at minimum" when its scale bottoms out, unless
+# `raise_error_at_min_scale` is off; gpt-neox issue #291, "Abort runs if loss scale
+# gets stuck at minimum", asked for that stop).
 #
 # ## 5. Recover: roll back, skip the data, cut the LR
 # Claims M1 and M10: snapshot the bad state, reload the last good checkpoint, do
@@ -408,11 +410,16 @@ print("bad states kept as evidence:", len(recover_guard.evidence))
 #
 # - **Step 30**: batch 30 makes a NaN. The guard keeps the state (evidence), drops
 #   the update, and rolls back to the checkpoint of step 30 (taken *before* step
-#   30 ran). Batches 29 to 32 are marked never to be trained on: the failing batch
-#   `b`, the one before it (it may have pushed the weights into a bad place), and
-#   two after it (bad data comes in runs: a corrupt shard).
-# - **Step 57**: the second NaN. Because four batches were skipped, step 57 reads
-#   batch 60. Back to the checkpoint of step 50; batches 59 to 62 skipped.
+#   30 ran). It marks batches 29 to 32: the failing batch `b`, two after it (bad
+#   data comes in runs: a corrupt shard), and the one before it, in case that one
+#   pushed the weights into a bad place. Here marking batch 29 changes nothing: its
+#   update is already inside the step-30 checkpoint, and the run never reads it
+#   again. Only 30 to 32 are really skipped.
+# - **Step 57**: the second NaN. Because three batches were skipped, step 57 reads
+#   batch 60. Back to the checkpoint of step 50; batches 59 to 62 skipped. This
+#   time the batch before counts: batch 59 was trained on at step 56, *after* the
+#   checkpoint, so skipping it really removes its update. `b − 1` matters whenever
+#   the rollback goes back past it (a spike, a repeat, sparse checkpoints).
 # - **No LR cut**: each failure was a new incident (the run had got past the first
 #   one), so skipping the data was enough. The LR is cut only when a failure comes
 #   back, as you will see below.
@@ -763,9 +770,9 @@ print("unguarded NaN run:", detect(losses))
 # | **PyTorch GradScaler** | inf / NaN in the fp16 gradients | skips that optimizer step; halves the loss scale (starts at 2¹⁶, doubles after 2,000 clean steps) | nothing: one process |
 # | **Megatron-LM** | the loss, every step (a NaN is fatal by default); the fp16 found-inf flag; optionally a *spiky loss*, 10x the largest of the early steps | on overflow: skips the optimizer **and** scheduler step, backs off the loss scale. Its rerun machinery can replay a step in place, then from a checkpoint on other GPUs, to tell a flaky device from a real fault | an all-reduce (MAX) of the found-inf flag |
 # | **DeepSpeed** | fp16 overflow in the gradients | skips the step ("OVERFLOW! ... Skipping step"), lowers the loss scale with a hysteresis of 2; dies when the scale is at its minimum | an all-reduced overflow flag |
-# | **OLMo-core** | loss or grad norm more than 6 std from the mean of the last 128 steps, either side (an unusually low loss too), computed on the device without a host sync | skips that step (its update multiplied by 0) | the same decision if every rank feeds it the same reduced loss and grad norm |
+# | **OLMo-core** | loss or grad norm more than 6 std *above* the mean of the last 128 steps (one-sided: `loss - mean <= 6 * std` passes, so a low loss is never skipped), judged only once 64 values are in the window; computed on the device without a host sync (`src/olmo_core/optim/skip_step_optimizer.py`, `get_step_factor`) | skips that step (its update multiplied by 0) | the same decision if every rank feeds it the same reduced loss and grad norm |
 # | **PaLM 540B** | about 20 loss spikes, watched by people | restarted about 100 steps before each spike and skipped 200 to 500 batches; the same batches replayed from an earlier state did not spike: data and state together | the whole job restarts |
-# | **nanlab `Guard`** | a non-finite loss or grad norm; optionally a one-sided z-score of the loss (20 steps, 6 std, and 1.5x the mean) | `stop`, `skip` or `recover`: evidence kept, back to the last checkpoint, batches b−1 … b+2 skipped, LR ÷ 10 only when the same incident comes back, give up after 3 rollbacks for it; every action an event with its reason; `rerun=True` replays the step to call it transient or persistent | an all-reduce of two flags when `torch.distributed` runs |
+# | **nanlab `Guard`** | a non-finite loss or grad norm; optionally a one-sided z-score of the loss (20 steps, 6 std, and 1.5x the mean) | `stop`, `skip` or `recover`: evidence kept, back to the last checkpoint, batches b … b+2 skipped (b−1 too, which matters only when the checkpoint is older than it), LR ÷ 10 only when the same incident comes back, give up after 3 rollbacks for it; every action an event with its reason; `rerun=True` replays the step to call it transient or persistent | an all-reduce of two flags when `torch.distributed` runs |
 
 # %% [markdown]
 # What to take from the table:
@@ -780,9 +787,10 @@ print("unguarded NaN run:", detect(losses))
 #   others leave to the operator.
 # - Every rank must take **the same decision**, or the data-parallel copies drift
 #   apart: a single all-reduce of a flag does it.
-# - The toy-scale numbers (window 20, checkpoints every 10 steps, 4 batches skipped)
-#   are scaled to a 200-step run; PaLM skipped about 0.1 to 0.2 % of its run per
-#   spike, which at this scale is less than one batch.
+# - The toy-scale numbers (window 20, checkpoints every 10 steps, batches b − 1 to
+#   b + 2 marked) are sized for a 200-step run; PaLM restarted about 100 steps back
+#   and skipped 200 to 500 batches per spike (Chowdhery et al. 2022, section 5.1),
+#   a small share of a far longer run.
 #
 # ## 10. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.

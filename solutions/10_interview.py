@@ -156,10 +156,28 @@ for label, text in answers.items():
     print(f"{label:13} score {result.score:4.0%}  covered: {result.present}")
 
 # %% [markdown]
-# The rubric is a practice aid with stated limits (it does not understand negation,
-# and it cannot tell a right number from a wrong one unless the key point lists
-# only the right one). It is strict on one thing on purpose: it rewards
-# explanations, because that is what an interviewer rewards.
+# Naming a point is not enough either way: a phrase the sentence **negates** earns
+# nothing ("I would not roll back"), and each question lists **wrong claims** a good
+# answer must not make. One wrong claim caps the score at 40 %, whatever else is right.
+# Two answers that use the right words:
+
+# %% tags=["nbval-check-output"]
+tricky = {
+    "negated": (
+        "I would not stop the run and I would not keep the evidence: no logs, no "
+        "snapshot. I would never roll back to the last good checkpoint, and I would not "
+        "check the data of the failing batch."),
+    "wrong claim": q.answer + " " + q.must_not[0].example,
+}
+for label, text in tricky.items():
+    result = q.score(text)
+    print(f"{label:12} score {result.score:4.0%}  negated: {result.negated}  wrong: {result.wrong}")
+
+# %% [markdown]
+# The rubric reads words, not meaning: an unusual negation ("the last thing I would do
+# is roll back") slips through, and a wrong number is caught only when a key point or a
+# wrong claim names it. It rewards explanations on purpose, because that is what an
+# interviewer rewards.
 #
 # ## 4. Practice: three questions from the bank
 # Write each answer in full sentences, then press **Check**. **Hint** shows the key
@@ -189,19 +207,19 @@ MockInterviewWidget(level="experienced", seed=4, n_questions=3, lab="10_intervie
 
 # %% [markdown]
 # What decides the follow-up? Here is the same machinery driven from code: an answer
-# to "what do you do first?" that says everything except restarting at a lower
-# learning rate. The follow-up probes exactly that gap.
+# to "what do you do first?" that says everything except checking the failing batch's
+# data before anything else. The follow-up probes exactly that gap.
 
 # %% tags=["nbval-check-output"]
-no_lr_answer = (
+no_data_answer = (
     "The first thing I do is stop the run so it does not keep training on garbage, and "
     "I save the logs and a snapshot of the weights as evidence. I don't start changing "
     "hyperparameters blindly. Next I look through the loss log to find the first step "
     "where the loss went non-finite. Then I roll back to the last good checkpoint "
-    "before that step. If it still appears, I turn AMP off and rerun, then go through "
-    "the rest one at a time.")
+    "before that step. If it still appears, I turn AMP off and rerun, and only then "
+    "restart with the learning rate divided by 10.")
 mock = MockInterview(ids=["first-thing", "nan-vs-oom"])
-reply = mock.answer(no_lr_answer)
+reply = mock.answer(no_data_answer)
 print(f"score {reply.result.score:.0%}, missing: {reply.result.missing}")
 print("follow-up:", reply.is_follow_up, "->", reply.next_question.id)
 print(reply.next_question.question)

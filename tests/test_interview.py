@@ -9,6 +9,7 @@ import re
 import pytest
 
 import nanlab.interview
+from nanlab.course.rubric import WRONG_CLAIM_CAP
 from nanlab.errors import NanlabError
 from nanlab.interview import (
     FRAMEWORKS,
@@ -100,6 +101,25 @@ def test_every_model_answer_earns_full_marks_on_its_own_rubric(bank):
     for q in questions:
         result = q.score(q.answer)
         assert result.score == 1.0, (q.id, result.missing)
+
+
+def _all_questions():
+    bank = load_bank()
+    return list(bank) + [f.question for q in bank for f in q.follow_ups if f.question]
+
+
+@pytest.mark.parametrize("question", _all_questions(), ids=lambda q: q.id)
+def test_every_question_fails_its_wrong_answers(question):
+    """Each question lists wrong claims, each with a sentence that makes it: that sentence
+    fails alone, and added to the model answer it caps the score below any pass mark."""
+    assert question.must_not, f"{question.id}: no wrong claims, so a wrong answer can pass"
+    for claim in question.must_not:
+        assert claim.example, (question.id, claim.claim)
+        alone = question.score(claim.example)
+        assert claim.claim in alone.wrong and alone.score < 0.6, (question.id, claim.claim)
+        spoiled = question.score(question.answer + " " + claim.example)
+        assert spoiled.score <= WRONG_CLAIM_CAP, (question.id, claim.claim, spoiled.score)
+        assert claim.claim in spoiled.feedback
 
 
 def test_bank_covers_the_article_and_its_corrections(bank):
@@ -366,17 +386,18 @@ GOOD_FIRST_THING = (
     "The first thing I do is stop the run so it does not keep training on garbage, and I save "
     "the logs and a snapshot of the weights as evidence. I don't start changing "
     "hyperparameters blindly. Next I look through the loss log to find the first step where "
-    "the loss went non-finite. Then I roll back to the last good checkpoint before that step, "
-    "and restart with the learning rate divided by 10 to see if it comes back. If it still "
-    "appears, I turn AMP off and rerun, then go through the rest one at a time."
+    "the loss went non-finite. Then I roll back to the last good checkpoint before that step "
+    "and check the data of the failing batch, the cheapest test. If it still appears, I turn "
+    "AMP off and rerun, and only then restart with the learning rate divided by 10."
 )
-# Covers everything except the LR / 10 restart (first-thing's second follow-up targets it).
-NO_LR_FIRST_THING = (
+# Covers everything except the roll-back (first-thing's third follow-up targets it).
+NO_ROLLBACK_FIRST_THING = (
     "The first thing I do is stop the run so it does not keep training on garbage, and I save "
     "the logs and a snapshot of the weights as evidence. I don't start changing "
     "hyperparameters blindly. Next I look through the loss log to find the first step where "
-    "the loss went non-finite. Then I roll back to the last good checkpoint before that step. "
-    "If it still appears, I turn AMP off and rerun, then go through the rest one at a time."
+    "the loss went non-finite, and check the data of the failing batch, the cheapest test. If "
+    "it still appears, I turn AMP off and rerun, and only then restart with the learning rate "
+    "divided by 10."
 )
 
 
@@ -393,11 +414,11 @@ def test_the_follow_up_targets_what_was_missing(bank):
     first = get_question("first-thing", bank)
     assert [f.id for f in first.follow_ups] == ["sop-order", "lr-divide-10", "spike-vs-nan"]
     mock = MockInterview(ids=["first-thing", "nan-vs-oom"], bank=bank)
-    reply = mock.answer(NO_LR_FIRST_THING)
-    assert reply.result.missing == ["restart at LR / 10"]
+    reply = mock.answer(NO_ROLLBACK_FIRST_THING)
+    assert reply.result.missing == ["roll back to the last good checkpoint"]
     assert reply.is_follow_up
-    assert reply.next_question.id == "lr-divide-10"  # not the first follow-up in the list
-    assert "probing: restart at LR / 10" in reply.message
+    assert reply.next_question.id == "spike-vs-nan"  # not the first follow-up in the list
+    assert "probing: roll back to the last good checkpoint" in reply.message
     # one follow-up per question by default: then the next main question
     reply = mock.answer("")
     assert not reply.is_follow_up and reply.next_question.id == "nan-vs-oom"
@@ -591,8 +612,8 @@ def test_star_story_of_a_norm_eps_fault_names_what_was_ruled_out(eps_story):
     # every SOP step before the cause is ruled out or skipped, with its reason
     assert "**data (数据检查)**: ruled out: batch" in story.action
     assert "**AMP off (关闭混合精度)**: not needed: the run is fp32 already" in story.action
-    assert ("**LR / 10 (降低学习率)**: ruled out: LR / 10 replay: non-finite at step 0"
-            in story.action)
+    assert ("**LR / 10 (降低学习率)**: ruled out: LR 0.005 / 10 and / 100 replays: "
+            "non-finite at step 0" in story.action)
     assert "**init / eps (初始化 / eps)**: the cause: a norm has eps = 0" in story.action
     assert [r["step"] for r in facts["ruled_out"]] == ["data", "lr", "grad_norms"]
     # the fixed run (made by star_story) and the clean run, at the same step
@@ -669,15 +690,16 @@ def test_mock_interview_widget_flow(bank, tmp_path, monkeypatch):
                                               max_follow_ups=1, bank=bank, lab="10_interview")
     assert "What do you do first" in mw.question.value and "question 1" in mw.header.value
     assert mw.summary.value == "" and not mw.done
-    # an answer that misses the LR / 10 restart: feedback, then the follow-up on it
-    mw.answer.value = NO_LR_FIRST_THING
+    # an answer that misses the roll-back: feedback, then the follow-up on it
+    mw.answer.value = NO_ROLLBACK_FIRST_THING
     mw.submit.click()
     assert "<b>Score: 83%</b>" in mw.feedback.value
-    assert "Missing:" in mw.feedback.value and "restart at LR / 10" in mw.feedback.value
-    assert "<b>Follow-up next</b>, on what was missing: restart at LR / 10" in mw.feedback.value
+    assert "Missing:" in mw.feedback.value and "roll back to the last" in mw.feedback.value
+    assert ("<b>Follow-up next</b>, on what was missing: roll back to the last good checkpoint"
+            in mw.feedback.value)
     assert "<summary>Model answer" in mw.feedback.value
-    assert mw.mock.current.id == "lr-divide-10" and "follow-up 2" in mw.header.value
-    assert get_question("lr-divide-10", bank).question[:30] in mw.question.value
+    assert mw.mock.current.id == "spike-vs-nan" and "follow-up 2" in mw.header.value
+    assert get_question("spike-vs-nan", bank).question[:30] in mw.question.value
     assert mw.answer.value == ""  # cleared for the next answer
     # an empty answer to the follow-up: then the next main question
     mw.submit.click()
@@ -690,9 +712,9 @@ def test_mock_interview_widget_flow(bank, tmp_path, monkeypatch):
     assert mw.done and mw.submit.disabled and mw.answer.disabled
     assert "finished" in mw.header.value
     assert "Mock interview summary" in mw.summary.value
-    assert "first-thing" in mw.summary.value and "lr-divide-10 (follow-up)" in mw.summary.value
+    assert "first-thing" in mw.summary.value and "spike-vs-nan (follow-up)" in mw.summary.value
     items = progress.load(tmp_path / "p.json")["labs"]["10_interview"]
-    assert set(items) == {"mock:first-thing", "mock:lr-divide-10", "mock:nan-vs-oom"}
+    assert set(items) == {"mock:first-thing", "mock:spike-vs-nan", "mock:nan-vs-oom"}
     mw.submit.click()  # a click after the end changes nothing
     assert len(mw.mock.turns) == 3
 

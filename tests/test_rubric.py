@@ -22,7 +22,7 @@ FIRST = [
         "stop and keep the evidence",
         ("stop the run", "keep the evidence", "snapshot", "停止训练", "保存日志", "快照"),
     ),
-    KeyPoint("no blind tweaking", ("blindly", "blind", "盲目", "不要直接改")),
+    KeyPoint("no blind tweaking", ("不要直接改",), denied=("blindly", "blind", "盲目")),
     KeyPoint("find the first bad step", ("first step", "first nan", "第一次出现", "首个")),
     KeyPoint(
         "roll back to the last good checkpoint",
@@ -263,3 +263,45 @@ def test_no_points_gives_zero_not_an_error():
     result = score_answer("anything at all here", [])
     assert result.score == 0.0
     assert "no key points" in result.feedback
+
+
+# ------------------------------------------------------------- negation and wrong claims
+
+
+def test_the_bank_answer_negated_sentence_by_sentence_fails():
+    """The SOP answer turned into its opposite, sentence by sentence, must not pass."""
+    from nanlab.interview import get_question
+
+    negated = (
+        "I would not stop the run and I would not keep the evidence: no logs, no snapshot. "
+        "Then I would tweak hyperparameters blindly. I would not look for the first step "
+        "where the loss went non-finite. I would never roll back to the last good checkpoint. "
+        "I would not check the data of the failing batch, and I would not turn AMP off."
+    )
+    result = get_question("first-thing").score(negated)
+    assert result.score < 0.6, result.feedback
+    assert "roll back to the last good checkpoint" in result.negated
+
+
+def test_a_wrong_zero_std_answer_is_capped():
+    from nanlab.interview import get_question
+
+    wrong = ("The std is 0 for a constant column, but PyTorch raises an error on a division "
+             "by zero, so the run stops loudly; I would add an eps and assert isfinite anyway "
+             "and compute global statistics over the whole training set.")
+    result = get_question("data-zero-std").score(wrong)
+    assert result.score <= 0.4 and result.wrong, result.feedback
+
+
+@pytest.mark.parametrize("answer, credited", [
+    ("I would roll back to the last good checkpoint before the bad step.", True),
+    ("I would not roll back to the last good checkpoint before the bad step.", False),
+    ("I would never, ever do anything but roll back to the last good checkpoint.", True),
+    ("Instead of a roll back to the last good checkpoint, I would keep training.", False),
+    ("It is not only the data: roll back to the last good checkpoint first.", True),
+    ("我不会盲目调参,先回滚到最近的检查点再排查。", True),
+    ("我不回滚到检查点,直接继续训练下去。", False),
+])
+def test_negation_in_english_and_chinese(answer, credited):
+    point = KeyPoint("roll back", ("roll back", "回滚"))
+    assert (score_answer(answer, [point]).score == 1.0) is credited, answer

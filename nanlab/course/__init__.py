@@ -17,8 +17,8 @@ What a lab imports, in one line:
 from nanlab.course import progress
 from nanlab.course.checks import check, hint, start_lab
 from nanlab.course.progress import show_progress
-from nanlab.course.rubric import KeyPoint, score_answer
+from nanlab.course.rubric import KeyPoint, WrongClaim, score_answer
 from nanlab.course.widgets import FreeText, MultipleChoice, Ordering, RootCause
 
-__all__ = ["FreeText", "KeyPoint", "MultipleChoice", "Ordering", "RootCause", "check", "hint",
-           "progress", "score_answer", "show_progress", "start_lab"]
+__all__ = ["FreeText", "KeyPoint", "MultipleChoice", "Ordering", "RootCause", "WrongClaim",
+           "check", "hint", "progress", "score_answer", "show_progress", "start_lab"]

@@ -58,13 +58,16 @@ FOUND = {
           "40 steps; AdamW at 0.1 diverges and stays finite; no warmup at 0.02 never learns; "
           "warmup + cosine cures it.",
     "C3": "One NaN feature at step 40: NaN loss at 40, every weight NaN after its update; a "
-          "zero std gives 0 / 0; an illegal label crashes loudly (IndexError) instead.",
-    "C4": "Dead ReLU and sigmoid chains stall (loss stays near 3.5) and never make NaN; "
+          "zero std gives 0 / 0; an illegal label crashes loudly (IndexError) on one "
+          "device (Megatron-LM's vocab-parallel loss would mask it silently).",
+    "C4": "Dead ReLU and sigmoid chains stall (loss stays near 3.5) and never make NaN "
+          "(untested: SwiGLU or squared ReLU, which can amplify outliers); "
           "positions past 65504 become inf in pure fp16 (NaN at step 0); in pure bf16 "
           "positions 70000-70031 all round to 70144: no NaN, no position either.",
-    "C5": "fp16_overflow (a hand-written loss under fp16 autocast with a GradScaler): at "
-          "step 87 a sum of exponentials passes 65504 and the loss is inf, NaN follows in "
-          "backward; the same run in fp32 or bf16 trains normally.",
+    "C5": "fp16_overflow (a hand-written loss on the fp16 logits, autocast off for it, with "
+          "a GradScaler): at step 87 a sum of exponentials passes 65504 and the loss is "
+          "inf, NaN follows in backward; the same run in fp32 or bf16 trains normally; "
+          "the sum runs in fp16 on CUDA too (tests/test_cuda_parity.py).",
     "C6": "The naive softmax overflows at a logit of 11.1 in fp16 and 88.7 in fp32; the "
           "softmax_overflow run is NaN at step 26; the stable softmax and QK-norm cure it, "
           "z-loss does not.",
@@ -123,7 +126,9 @@ FOUND = {
     "W1": "Every lab and the question bank use torch.amp.autocast(device_type=...) and "
           "torch.amp.GradScaler.",
     "W2": "Dead ReLU: exact-zero gradients, a flat loss, no NaN; sigmoid chain: block 0's "
-          "gradient millions of times smaller than block 7's, no overflow.",
+          "gradient millions of times smaller than block 7's, no overflow. Dead or "
+          "saturating activations only: unbounded, multiplicative ones are not tested "
+          "(an FP8 divergence was traced to SwiGLU, Fishman et al. 2024).",
     "W3": "AMP off turned high_lr's NaN into a finite divergence (loss above 2.5, clean "
           "0.02); LR / 10 kept in fp16 cures it: the LR was the cause.",
     "W4": "bf16 without a scaler cures fp16_overflow; for position_overflow it works "

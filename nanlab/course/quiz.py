@@ -400,8 +400,9 @@ class RootCauseQuestion:
 class FreeTextQuestion:
     """A short written answer, scored against key points by ``nanlab.course.rubric``.
 
-    ``key_points`` are ``nanlab.course.rubric.KeyPoint`` objects or ``(name, synonyms)`` pairs.
-    The answer passes when the rubric score reaches ``pass_score``.
+    ``key_points`` are ``nanlab.course.rubric.KeyPoint`` objects or ``(name, synonyms)`` pairs;
+    ``must_not`` holds ``nanlab.course.rubric.WrongClaim`` objects (a wrong claim caps the
+    score). The answer passes when the rubric score reaches ``pass_score``.
 
     >>> q = FreeTextQuestion("why-silent", "Why is NaN silent?",
     ...                      [("no error", ("no error", "no exception"))])
@@ -415,6 +416,7 @@ class FreeTextQuestion:
     pass_score: float = 0.6
     model_answer: str = ""
     hints: Sequence[str] = ()
+    must_not: Sequence[Any] = ()
 
     def __post_init__(self) -> None:
         _check_qid(self.qid)
@@ -445,7 +447,7 @@ class FreeTextQuestion:
             p if isinstance(p, KeyPoint) else KeyPoint(str(p[0]), tuple(p[1]))
             for p in self.key_points
         ]
-        result = score_answer(answer, points)
+        result = score_answer(answer, points, tuple(self.must_not))
         if result.feedback:  # the rubric explains itself; show its lines as they are
             details = [line for line in result.feedback.splitlines() if line.strip()]
         else:

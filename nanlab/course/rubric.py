@@ -31,9 +31,28 @@ The anti-stuffing rule (``CONTEXT_WORDS_PER_POINT`` = 3)
     explanation; a bare keyword list, a comma list or one keyword per line earns
     nothing. Points named but not credited are reported as ``unexplained``.
 
-Limits, said plainly: the rubric does not understand negation ("I would *not* check
-the data" still matches) and cannot tell a right number from a wrong one unless the
-key point lists only the right one. It is a practice aid, not a grader of record.
+Negation
+    A phrase that the sentence negates does not count: "I would *not* roll back" does
+    not earn "roll back". A negation is one of ``not``, ``no``, ``never``, ``without``,
+    ``cannot``, an ``n't`` contraction, ``instead of``, ``rather than``, or in Chinese
+    不 / 没 / 无 / 别 / 未 / 非 (not inside words such as 不同, 非常, 特别). It must stand
+    before the phrase in the same part of the sentence, at most ``NEGATION_WINDOW_WORDS``
+    words (``NEGATION_WINDOW_CJK`` Chinese characters) away; a comma, a colon or a word
+    such as ``but``, ``then``, ``because``, ``if`` ends its reach, and two negations
+    cancel. A key point about what something does *not* do lists its phrases under
+    ``denied``: they count only when negated ("clipping does not cure a gradient that
+    is *already NaN*").
+
+Wrong claims (``must_not``)
+    A question can list claims a good answer must not make (``WrongClaim``). A wrong
+    claim that the answer asserts (matched and not negated, no explanation needed) caps
+    the score at ``WRONG_CLAIM_CAP``, whatever else the answer gets right, and the
+    feedback says why the claim is wrong.
+
+Limits, said plainly: the rules read words, not meaning. A negation phrased in an
+unusual way ("the last thing I would do is roll back") is missed, and a wrong number is
+caught only when a key point or a wrong claim names it. It is a practice aid, not a
+grader of record. Nothing here evaluates or runs the learner's text.
 """
 
 from __future__ import annotations
@@ -49,6 +68,39 @@ CONTEXT_WORDS_PER_POINT = 3
 CJK_WORD_WEIGHT = 0.5
 """One Chinese character counts as this many words of context."""
 
+NEGATION_WINDOW_WORDS = 6
+"""An English negation reaches at most this many words ahead."""
+
+NEGATION_WINDOW_CJK = 3
+"""A Chinese negation reaches at most this many characters ahead."""
+
+WRONG_CLAIM_CAP = 0.4
+"""The highest score an answer that asserts a wrong claim can get (below any pass mark)."""
+
+_NEGATORS = frozenset({
+    "not", "no", "never", "nor", "neither", "cannot", "without", "none", "nothing",
+    "dont", "doesnt", "didnt", "isnt", "wasnt", "arent", "werent", "cant", "wont",
+    "shouldnt", "wouldnt", "couldnt", "hasnt", "havent", "hadnt", "neednt", "mustnt",
+})
+_CONTRACTED = frozenset({  # the part before n't, which the tokenizer splits off: don|t
+    "don", "doesn", "didn", "isn", "wasn", "aren", "weren", "won", "can", "shouldn",
+    "wouldn", "couldn", "hasn", "haven", "hadn", "needn", "mustn", "ain",
+})
+_NOT_A_NEGATION_AFTER = frozenset({"only", "just", "merely", "matter"})  # not only, no matter
+_PAIRED = {"instead": "of", "rather": "than"}  # instead of X, rather than X
+_SCOPE_ENDS = frozenset({
+    "but", "however", "yet", "then", "so", "because", "since", "while", "whereas",
+    "although", "though", "otherwise", "unless", "until", "if", "when", "once", "which",
+    "who", "where", "instead",
+    "但", "而", "然", "所", "因", "如", "否", "再", "才",
+})
+_CJK_NEGATORS = frozenset("不没无别未非勿莫")
+_CJK_NOT_NEGATIONS = (  # words that contain a negation character but negate nothing
+    "不同", "不断", "不仅", "不但", "不管", "不论", "不过", "不久", "不少", "不错", "不然",
+    "要不", "差不多", "不足", "无论", "无穷", "非常", "非法", "非零", "非线性", "未来",
+    "区别", "分别", "特别", "类别", "级别", "识别", "告别", "性别", "个别", "别的", "别人",
+)
+
 _TOKEN = re.compile(
     r"\d+(?:\.\d+)?(?:e[-+]?\d+)?"  # numbers: 2000, 1.0, 1e-8, 6e4
     r"|[a-z_][a-z0-9_]*"  # words and identifiers: fp16, clip_grad_norm_
@@ -57,6 +109,7 @@ _TOKEN = re.compile(
 )
 _CLAUSE_END = re.compile(r"[\n。!?;]+|\.(?=\s|$)")
 _LIST_SEP = re.compile(r"[,、]")
+_PART_SEP = re.compile(r"[:()（）：\[\]]")  # more places where a negation's reach ends
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _BRITISH = re.compile(r"is(e|ed|es|ing|ation|ations)$")
 _DOUBLE = re.compile(r"([b-df-hj-np-tv-z])\1$")
@@ -66,16 +119,46 @@ _DOUBLE = re.compile(r"([b-df-hj-np-tv-z])\1$")
 class KeyPoint:
     """One thing a good answer must say, with the phrases that count as saying it.
 
-    ``synonyms`` hold English and Chinese phrases; ``hint`` is what the feedback tells
-    a learner who left the point out.
+    ``synonyms`` hold English and Chinese phrases that say the point; ``hint`` is what
+    the feedback tells a learner who left the point out. ``denied`` holds phrases that
+    say the point only when the sentence negates them (a point about what something
+    does *not* do).
 
-    >>> KeyPoint("check the data first", ("check the data", "检查数据"))
-    KeyPoint(name='check the data first', synonyms=('check the data', '检查数据'), hint='')
+    >>> KeyPoint("check the data first", ("check the data", "检查数据")).denied
+    ()
+    >>> point = KeyPoint("clipping does not cure NaN", ("spreads nan",), denied=("already nan",))
+    >>> score_answer("Clipping cannot rescue a gradient that is already NaN.", [point]).score
+    1.0
     """
 
     name: str
     synonyms: tuple[str, ...]
     hint: str = ""
+    denied: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WrongClaim:
+    """A claim a good answer must not make, the phrases that make it, and why it is wrong.
+
+    ``example`` is a sentence that makes the claim (the tests check that it is caught).
+
+    >>> claim = WrongClaim("PyTorch raises on 0 / 0", ("raises an error",),
+    ...                    "tensor division returns inf or NaN silently")
+    >>> point = KeyPoint("std is zero", ("std is 0",))
+    >>> result = score_answer("The std is 0 there, so PyTorch raises an error at once.",
+    ...                       [point], [claim])
+    >>> result.score, result.wrong
+    (0.4, ['PyTorch raises on 0 / 0'])
+    >>> score_answer("The std is 0 there, and PyTorch never raises an error for it.",
+    ...              [point], [claim]).score
+    1.0
+    """
+
+    claim: str
+    synonyms: tuple[str, ...]
+    why: str = ""
+    example: str = ""
 
 
 @dataclass
@@ -83,7 +166,9 @@ class RubricResult:
     """The outcome of scoring one answer.
 
     ``present``: points credited. ``missing``: points not credited (this includes
-    ``unexplained``, the points that were named but only as bare keywords).
+    ``unexplained``, the points that were named but only as bare keywords, and
+    ``negated``, the points whose phrases the answer only negated). ``wrong``: the wrong
+    claims the answer asserted; any of them caps the score at ``WRONG_CLAIM_CAP``.
 
     >>> point = KeyPoint("check the data first", ("check the data",))
     >>> result = score_answer("I would check the data of the bad step first.", [point])
@@ -96,6 +181,8 @@ class RubricResult:
     missing: list[str] = field(default_factory=list)
     feedback: str = ""
     unexplained: list[str] = field(default_factory=list)
+    negated: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
 
 
 def normalize(text: str) -> str:
@@ -157,11 +244,11 @@ def _is_cjk(token: str) -> bool:
     return len(token) == 1 and ("\u3400" <= token <= "\u4dbf" or "\u4e00" <= token <= "\u9fff")
 
 
-def _patterns(point: KeyPoint) -> list[list[str]]:
-    """Stemmed token sequences for each synonym, plus a joined form of multi-word ones."""
+def _patterns(phrases: Sequence[str]) -> list[list[str]]:
+    """Stemmed token sequences for each phrase, plus a joined form of multi-word ones."""
     seen: list[list[str]] = []
-    for synonym in point.synonyms:
-        raw = tokens(normalize(synonym))
+    for phrase in phrases:
+        raw = tokens(normalize(phrase))
         if not raw:
             continue
         forms = [[stem(t) for t in raw]]
@@ -185,29 +272,93 @@ def _weight(words: set[str] | list[str]) -> float:
     return sum(CJK_WORD_WEIGHT if _is_cjk(t) else 1.0 for t in words)
 
 
-def _clause_tokens(clause: str) -> tuple[list[str], list[bool]]:
-    """Tokens of a clause, and for each whether it sits in a short list item."""
+def _clause_tokens(clause: str) -> tuple[list[str], list[bool], list[int]]:
+    """Tokens of a clause; for each, whether it sits in a short list item, and its part.
+
+    A part is a stretch between commas, colons and brackets: a negation reaches no
+    further than its part.
+    """
     raw: list[str] = []
     short: list[bool] = []
+    part: list[int] = []
+    n_parts = 0
     for item in _LIST_SEP.split(clause):
         toks = tokens(item)
         raw += toks
         short += [_weight(toks) < CONTEXT_WORDS_PER_POINT] * len(toks)
-    return raw, short
+        for piece in _PART_SEP.split(item):
+            part += [n_parts] * len(tokens(piece))
+            n_parts += 1
+    return raw, short, part
 
 
-def score_answer(answer: str, points: Sequence[KeyPoint]) -> RubricResult:
+def _negations(raw: list[str]) -> list[bool]:
+    """For each token, whether it is (the last token of) a negation."""
+    masked = [False] * len(raw)
+    for word in _CJK_NOT_NEGATIONS:
+        for i in range(len(raw) - len(word) + 1):
+            if "".join(raw[i : i + len(word)]) == word:
+                masked[i : i + len(word)] = [True] * len(word)
+    out = [False] * len(raw)
+    for i, t in enumerate(raw):
+        nxt = raw[i + 1] if i + 1 < len(raw) else ""
+        if t in _NEGATORS:
+            out[i] = nxt not in _NOT_A_NEGATION_AFTER
+        elif t == "t" and i > 0 and raw[i - 1] in _CONTRACTED:
+            out[i] = True
+        elif t in _PAIRED and nxt == _PAIRED[t]:
+            out[i + 1] = True
+        elif t in _CJK_NEGATORS and not masked[i]:
+            out[i] = True
+    return out
+
+
+def _negated(raw: list[str], part: list[int], neg: list[bool], start: int) -> bool:
+    """Whether the phrase starting at ``start`` is negated (an odd number of negations)."""
+    count, words, chars = 0, 0, 0
+    for i in range(start - 1, -1, -1):
+        if part[i] != part[start] or (raw[i] in _SCOPE_ENDS and not neg[i]):
+            break
+        if neg[i]:
+            limit_ok = (chars <= NEGATION_WINDOW_CJK) if _is_cjk(raw[i]) else (
+                words <= NEGATION_WINDOW_WORDS)
+            count += limit_ok
+        if _is_cjk(raw[i]):
+            chars += 1
+        else:
+            words += 1
+        if words > NEGATION_WINDOW_WORDS and chars > NEGATION_WINDOW_CJK:
+            break
+    return count % 2 == 1
+
+
+def _matches(stems, patterns, raw, part, neg, want_negated: bool):
+    """(start, end) of each occurrence of a pattern, negated or not as wanted."""
+    out = []
+    for pattern in patterns:
+        for i in _find(stems, pattern):
+            if _negated(raw, part, neg, i) == want_negated:
+                out.append((i, i + len(pattern)))
+    return out
+
+
+def score_answer(
+    answer: str, points: Sequence[KeyPoint], must_not: Sequence[WrongClaim] = ()
+) -> RubricResult:
     """Score ``answer`` against ``points``: the share of points credited, 0..1.
 
-    A point is credited when one of its synonyms occurs in a sentence that also carries
-    three distinct words of explanation per credited point, and the answer as a whole
-    has three distinct explaining words per credited point (the rule is spelled out in
-    the module docstring). Empty, off-topic and keyword-list answers score 0, and so does
-    an answer that is not text (never an error).
+    A point is credited when one of its synonyms occurs, not negated, in a sentence that
+    also carries three distinct words of explanation per credited point, and the answer
+    as a whole has three distinct explaining words per credited point (the rules are
+    spelled out in the module docstring). A wrong claim of ``must_not`` that the answer
+    asserts caps the score at ``WRONG_CLAIM_CAP``. Empty, off-topic and keyword-list
+    answers score 0, and so does an answer that is not text (never an error).
 
     >>> pts = [KeyPoint("check the data first", ("check the data", "检查数据"))]
     >>> score_answer("I would first check the data for NaN values.", pts).score
     1.0
+    >>> score_answer("I would not check the data for NaN values.", pts).negated
+    ['check the data first']
     >>> score_answer("check the data", pts).unexplained
     ['check the data first']
     >>> score_answer(42, pts).feedback
@@ -218,23 +369,34 @@ def score_answer(answer: str, points: Sequence[KeyPoint]) -> RubricResult:
                             f"Answer with text, a sentence or two; got {type(answer).__name__}.")
     if not points:
         return RubricResult(0.0, [], [], "This question has no key points to score against.")
-    patterns = {p.name: _patterns(p) for p in points}
+    said = {p.name: _patterns(p.synonyms) for p in points}
+    denied = {p.name: _patterns(p.denied) for p in points}
+    claims = {c.claim: _patterns(c.synonyms) for c in must_not}
     credited: list[str] = []
     named: set[str] = set()
+    negated: set[str] = set()
+    wrong: list[str] = []
     all_context: set[str] = set()
     for clause in clauses(normalize(answer)):
-        raw, short = _clause_tokens(clause)
+        raw, short, part = _clause_tokens(clause)
         stems = [stem(t) for t in raw]
+        neg = _negations(raw)
         covered: set[int] = set()
         found: list[tuple[int, str]] = []
         for point in points:
-            starts = []
-            for pattern in patterns[point.name]:
-                for i in _find(stems, pattern):
-                    starts.append(i)
-                    covered.update(range(i, i + len(pattern)))
-            if starts:
-                found.append((min(starts), point.name))
+            spans = (_matches(stems, said[point.name], raw, part, neg, False)
+                     + _matches(stems, denied[point.name], raw, part, neg, True))
+            against = (_matches(stems, said[point.name], raw, part, neg, True)
+                       + _matches(stems, denied[point.name], raw, part, neg, False))
+            for a, b in spans + against:
+                covered.update(range(a, b))
+            if spans:
+                found.append((min(a for a, _ in spans), point.name))
+            elif against:
+                negated.add(point.name)
+        for claim, patterns in claims.items():
+            if claim not in wrong and _matches(stems, patterns, raw, part, neg, False):
+                wrong.append(claim)
         context = {raw[i] for i in range(len(raw)) if i not in covered and not short[i]}
         all_context |= context
         budget = int(_weight(context) // CONTEXT_WORDS_PER_POINT)
@@ -247,9 +409,15 @@ def score_answer(answer: str, points: Sequence[KeyPoint]) -> RubricResult:
     present = [p.name for p in points if p.name in credited]
     missing = [p.name for p in points if p.name not in credited]
     unexplained = [p.name for p in points if p.name in named and p.name not in credited]
+    denied_only = [p.name for p in points
+                   if p.name in negated and p.name not in named and p.name not in credited]
     score = len(present) / len(points)
-    feedback = _feedback(answer, points, present, missing, unexplained)
-    return RubricResult(score, present, missing, feedback, unexplained)
+    if wrong:
+        score = min(score, WRONG_CLAIM_CAP)
+    why = {c.claim: c.why for c in must_not}
+    feedback = _feedback(answer, points, present, missing, unexplained, denied_only,
+                         [(c, why[c]) for c in wrong])
+    return RubricResult(score, present, missing, feedback, unexplained, denied_only, wrong)
 
 
 def _feedback(
@@ -258,6 +426,8 @@ def _feedback(
     present: list[str],
     missing: list[str],
     unexplained: list[str],
+    negated: Sequence[str] = (),
+    wrong: Sequence[tuple[str, str]] = (),
 ) -> str:
     """Plain-words feedback: what was covered, what was not, and the rule if it bit."""
     total = len(points)
@@ -267,7 +437,10 @@ def _feedback(
     if present:
         lines.append("Covered: " + "; ".join(present) + ".")
     hints = {p.name: p.hint for p in points}
-    gaps = [m for m in missing if m not in unexplained]
+    if wrong:
+        lines.append(f"Wrong, so the score is capped at {WRONG_CLAIM_CAP:.0%}:")
+        lines += [f"- {claim}" + (f": {why}" if why else "") for claim, why in wrong]
+    gaps = [m for m in missing if m not in unexplained and m not in negated]
     if gaps:
         lines.append("Missing:")
         lines += [f"- {m}" + (f": {hints[m]}" if hints[m] else "") for m in gaps]
@@ -278,6 +451,11 @@ def _feedback(
             "in the same sentence (a Chinese character counts as half a word); bare "
             "keyword lists, one keyword per line and repeated filler earn nothing."
         )
-    if not present and not unexplained:
+    if negated:
+        lines.append(
+            "Negated, so not counted: " + "; ".join(negated) + ". The answer says the "
+            "opposite of these points (or only says what not to do)."
+        )
+    if not present and not unexplained and not negated and not wrong:
         lines.append("None of the key points came up: this answer looks off-topic.")
     return "\n".join(lines)

@@ -223,8 +223,10 @@ class FreeText(QuestionWidget):
         model_answer: str = "",
         hints: Sequence[str] = (),
         lab: str | None = None,
+        must_not: Sequence[Any] = (),
     ):
-        q = FreeTextQuestion(qid, question, list(key_points), pass_score, model_answer, hints)
+        q = FreeTextQuestion(qid, question, list(key_points), pass_score, model_answer, hints,
+                             tuple(must_not))
         self.answer = w.Textarea(placeholder="Your answer, in a sentence or two",
                                  layout=w.Layout(width="100%", height="6em"))
         super().__init__(q, [self.answer], lab)

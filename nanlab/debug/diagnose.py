@@ -227,14 +227,18 @@ SOFTMAX_OPS = ("exp", "softmax", "_softmax", "log_softmax", "_log_softmax")
 def _precision_cause(loc) -> tuple[str, str]:
     """(family, detail) of an fp16 failure, from what locate saw: the pass and the aten
     op that made the first non-finite value (never from module names, which are the
-    model's own)."""
+    model's own): the optimizer pass is Adam's eps, an exp in the forward pass a softmax,
+    a cast a value past 65504 (positions, raw amounts), anything else (a matmul output, an
+    exp or a sum in the loss) an fp16 overflow."""
     if loc is None:
         return "fp16_overflow", "fp16_overflow"
     if loc.pass_name == "optimizer":
         return "adam_eps_fp16", "adam_eps_fp16"  # the update itself: eps underflowed
     op = ((loc.first_op.op or "") if loc.first_op is not None else "").removeprefix("aten.")
-    if op in SOFTMAX_OPS:
+    if op in SOFTMAX_OPS and loc.pass_name != "loss":
         return "softmax_overflow", "softmax_overflow"  # exp of a score past ~11.1
+    # an exp (or its sum) inside the loss: a hand-written cross-entropy, not the model's
+    # softmax; it falls through to fp16_overflow below
     if op in CAST_OPS:  # finite in fp32, past 65504 once cast (positions, raw amounts)
         return "fp16_overflow", "fp16_cast_overflow"
     return "fp16_overflow", "fp16_overflow"

@@ -336,13 +336,17 @@ register(Fault(
 
 register(Fault(
     name="fp16_overflow", family="fp16_overflow",
-    summary="a hand-written softmax cross-entropy under fp16 autocast",
-    mechanism="the loss computes exp(logit) without subtracting the max; once the model "
-              "grows confident and a logit passes 11.1, exp overflows fp16's 65504 to inf "
-              "and inf / inf = NaN. In fp32 and bf16 (max 3.4e38) exp only overflows past "
-              "88.7, which these logits never reach",
-    needs="fp16 autocast and a loss written by hand (as custom label-smoothing or "
-          "distillation losses often are); it strikes late, when the model has learned",
+    summary="a hand-written softmax cross-entropy on the fp16 logits, under fp16 autocast",
+    mechanism="the loss is computed by hand in an autocast-disabled region on the fp16 logits "
+              "of the lm_head matmul, without a cast to fp32, so exp and sum run in fp16 on "
+              "any device, and without subtracting the max; once the model grows confident "
+              "and the softmax denominator sum(exp(logits)) passes 65504 (log-sum-exp past "
+              "11.09), it is inf: the loss is -log(x / inf) = inf and the backward pass makes "
+              "NaN. In fp32 and bf16 (max 3.4e38) exp only overflows past 88.7",
+    needs="fp16 autocast and a loss written by hand and kept out of autocast (as custom "
+          "label-smoothing or distillation losses often are) without logits.float(); it "
+          "strikes late, when the model has learned. Inside autocast the same loss would "
+          "fire on the CPU only: CUDA autocast runs exp and sum in fp32, CPU autocast in fp16",
     reveals="amp", cure="bf16", signature="nonfinite",
     conditions=lambda p: {"precision": "fp16", "loss_impl": "naive"},
 ))
@@ -394,10 +398,14 @@ register(Fault(
 
 register(Fault(
     name="softmax_overflow", family="softmax_overflow",
-    summary="a hand-written softmax, exp(x) / sum(exp(x)), under fp16 autocast",
-    mechanism="exp overflows fp16 once an attention score passes ~11.1 (fp32: ~88.7); "
-              "inf / inf = NaN. Subtracting the row max first makes every exp <= 1",
-    needs="a naive softmax, fp16, and attention that sharpens as the model learns (LR 0.01)",
+    summary="a hand-written softmax, exp(x) / sum(exp(x)), on fp16 scores, under fp16 autocast",
+    mechanism="the softmax runs in an autocast-disabled region on the fp16 scores of the "
+              "q @ k matmul, without a cast to fp32, so exp runs in fp16 on any device; it "
+              "overflows once an attention score passes ~11.09 (fp32: ~88.7) and inf / inf = "
+              "NaN. Subtracting the row max first makes every exp <= 1",
+    needs="a naive softmax kept out of autocast, fp16 autocast, and attention that sharpens "
+          "as the model learns (LR 0.01). Inside autocast the same softmax would fire on the "
+          "CPU only: CUDA autocast runs exp and sum in fp32, CPU autocast in fp16",
     reveals="amp", cure="stable_softmax", signature="nonfinite",
     params={"lr": Param(0.01, 1e-6, 10.0)},
     conditions=lambda p: {"precision": "fp16", "lr": p["lr"], "model": {"softmax": "naive"}},

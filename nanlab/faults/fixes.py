@@ -33,7 +33,16 @@ EPS_FLOOR = 1e-5  # the eps of torch.nn.LayerNorm's default; below 1e-6 counts a
 
 
 class NotApplicable(NanlabError):
-    """A fix that would change nothing in this run (its message says why)."""
+    """A fix that would change nothing in this run (its message says why).
+
+    >>> import torch.nn as nn
+    >>> net = Trainer(TrainConfig(progress=False), model=nn.Linear(2, 2),
+    ...               batches=lambda i: torch.ones(1, 2), loss_fn=lambda m, b: m(b).sum())
+    >>> build_with_fixes(lambda config: net, net.config, ["norm_eps"])
+    Traceback (most recent call last):
+    ...
+    nanlab.faults.fixes.NotApplicable: norm_eps changes nothing in this run (...)
+    """
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 The shipped bank is data: one JSON file per topic, ``nanlab/interview/questions/<topic>.json``,
 each a list of entries, read in ``TOPICS`` order. Each entry: id, topic, level, question,
-question_zh, answer, key_points (name, synonyms, hint), common_mistakes, follow_ups (a bank
-id or an inline question, each with targets = the key point names it probes). An
+question_zh, answer, key_points (name, synonyms, hint, optional denied), common_mistakes,
+follow_ups (a bank id or an inline question, each with targets = the key point names it
+probes) and, optionally, must_not: the wrong claims a good answer must not make (claim,
+synonyms, why, example); one asserted wrong claim caps the rubric score. An
 instructor extends the bank with a file or a folder of their own: ``load_bank(path)``
 validates every entry and names the file, the entry and the field of each problem.
 
@@ -22,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nanlab.course.rubric import KeyPoint, RubricResult, score_answer
+from nanlab.course.rubric import KeyPoint, RubricResult, WrongClaim, score_answer
 from nanlab.errors import NanlabError
 
 TOPICS: tuple[str, ...] = (
@@ -75,7 +77,11 @@ _ENTRY_FIELDS = (
     "common_mistakes",
     "follow_ups",
 )
-_INLINE_FIELDS = ("question", "question_zh", "answer", "key_points", "common_mistakes", "targets")
+_OPTIONAL_FIELDS = ("must_not",)
+_INLINE_FIELDS = ("question", "question_zh", "answer", "key_points", "common_mistakes", "targets",
+                  "must_not")
+_POINT_FIELDS = ("name", "synonyms", "hint", "denied")
+_CLAIM_FIELDS = ("claim", "synonyms", "why", "example")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 
@@ -133,14 +139,15 @@ class Question:
     common_mistakes: tuple[str, ...] = ()
     follow_ups: tuple[FollowUp, ...] = ()
     parent: str | None = None
+    must_not: tuple[WrongClaim, ...] = ()
 
     def score(self, text: str) -> RubricResult:
-        """Score a free-text answer to this question with its own rubric.
+        """Score a free-text answer to this question with its own rubric and wrong claims.
 
         >>> get_question("nan-vs-oom").score("").score
         0.0
         """
-        return score_answer(text, self.key_points)
+        return score_answer(text, self.key_points, self.must_not)
 
     def prompt(self) -> str:
         """The question as Markdown, English first and the Chinese phrasing below.
@@ -164,6 +171,9 @@ class Question:
         if self.common_mistakes:
             lines += ["", "**Common mistakes**"]
             lines += [f"- {m}" for m in self.common_mistakes]
+        if self.must_not:
+            lines += ["", "**Wrong claims (they cap the score)**"]
+            lines += [f"- {c.claim}" + (f": {c.why}" if c.why else "") for c in self.must_not]
         return "\n".join(lines)
 
 
@@ -331,9 +341,9 @@ def _check_entry(label: str, entry: Any, known: set[str]) -> list[str]:
         ]
     where = _where(label, entry)
     out = [
-        f"{where}: unknown field {k!r}; allowed: {_allowed(_ENTRY_FIELDS)}"
+        f"{where}: unknown field {k!r}; allowed: {_allowed(_ENTRY_FIELDS + _OPTIONAL_FIELDS)}"
         for k in entry
-        if k not in _ENTRY_FIELDS
+        if k not in _ENTRY_FIELDS + _OPTIONAL_FIELDS
     ]
     for name in _ENTRY_FIELDS:
         if name not in entry:
@@ -367,6 +377,8 @@ def _check_entry(label: str, entry: Any, known: set[str]) -> list[str]:
         out += _check_string_list(where, "common_mistakes", entry["common_mistakes"])
     if "follow_ups" in entry:
         out += _check_follow_ups(where, entry, known)
+    if "must_not" in entry:
+        out += _check_claims(where, entry["must_not"])
     return out
 
 
@@ -402,9 +414,9 @@ def _check_key_points(where: str, name: str, value: Any) -> list[str]:
                 f"{at} must be an object {{name, synonyms, hint}}, got {type(point).__name__}"
             )
             continue
-        extra = [k for k in point if k not in ("name", "synonyms", "hint")]
+        extra = [k for k in point if k not in _POINT_FIELDS]
         if extra:
-            out.append(f"{at}: unknown field {extra[0]!r}; allowed: 'name', 'synonyms', 'hint'")
+            out.append(f"{at}: unknown field {extra[0]!r}; allowed: {_allowed(_POINT_FIELDS)}")
         pname = point.get("name")
         if not isinstance(pname, str) or not pname.strip():
             out.append(f"{at}: field 'name' = {pname!r} must be non-empty text")
@@ -428,6 +440,41 @@ def _check_key_points(where: str, name: str, value: Any) -> list[str]:
             )
         if "hint" in point and not isinstance(point["hint"], str):
             out.append(f"{at}: field 'hint' = {point['hint']!r} must be text")
+        denied = point.get("denied", [])
+        if not isinstance(denied, list) or not all(
+                isinstance(d, str) and re.search(r"\w", d) for d in denied):
+            out.append(
+                f"{at}: field 'denied' = {denied!r} must be a list of phrases that count "
+                "only when the answer negates them"
+            )
+    return out
+
+
+def _check_claims(where: str, value: Any) -> list[str]:
+    """The optional ``must_not`` list: wrong claims, each {claim, synonyms, why, example}."""
+    if not isinstance(value, list):
+        return [f"{where}: field 'must_not' = {value!r} must be a list of wrong claims "
+                "{claim, synonyms, why, example}"]
+    out: list[str] = []
+    for j, item in enumerate(value):
+        at = f"{where}: must_not[{j}]"
+        if not isinstance(item, dict):
+            out.append(f"{at} must be an object {{claim, synonyms, why, example}}, "
+                       f"got {type(item).__name__}")
+            continue
+        extra = [k for k in item if k not in _CLAIM_FIELDS]
+        if extra:
+            out.append(f"{at}: unknown field {extra[0]!r}; allowed: {_allowed(_CLAIM_FIELDS)}")
+        for name in ("claim", "why"):
+            if not isinstance(item.get(name), str) or not item[name].strip():
+                out.append(f"{at}: field {name!r} = {item.get(name)!r} must be non-empty text")
+        if "example" in item and not isinstance(item["example"], str):
+            out.append(f"{at}: field 'example' = {item['example']!r} must be text")
+        syns = item.get("synonyms")
+        if not (isinstance(syns, list) and syns
+                and all(isinstance(s, str) and re.search(r"\w", s) for s in syns)):
+            out.append(f"{at}: field 'synonyms' = {syns!r} must be a non-empty list of the "
+                       "phrases that make the claim")
     return out
 
 
@@ -490,11 +537,19 @@ def _check_follow_ups(where: str, entry: dict, known: set[str]) -> list[str]:
             out += _check_texts(at, item, ("question", "question_zh", "answer"))
             if "key_points" in item:
                 out += _check_key_points(at, "key_points", item["key_points"])
+            if "must_not" in item:
+                out += _check_claims(at, item["must_not"])
     return out
 
 
 def _key_points(raw: list[dict]) -> tuple[KeyPoint, ...]:
-    return tuple(KeyPoint(p["name"], tuple(p["synonyms"]), p.get("hint", "")) for p in raw)
+    return tuple(KeyPoint(p["name"], tuple(p["synonyms"]), p.get("hint", ""),
+                          tuple(p.get("denied", ()))) for p in raw)
+
+
+def _claims(raw: list[dict]) -> tuple[WrongClaim, ...]:
+    return tuple(WrongClaim(c["claim"], tuple(c["synonyms"]), c.get("why", ""),
+                            c.get("example", "")) for c in raw)
 
 
 def _build(entry: dict) -> Question:
@@ -514,6 +569,7 @@ def _build(entry: dict) -> Question:
             key_points=_key_points(item["key_points"]),
             common_mistakes=tuple(item.get("common_mistakes", ())),
             parent=entry["id"],
+            must_not=_claims(item.get("must_not", [])),
         )
         follow_ups.append(FollowUp(targets, question=inline))
     return Question(
@@ -526,6 +582,7 @@ def _build(entry: dict) -> Question:
         key_points=_key_points(entry["key_points"]),
         common_mistakes=tuple(entry["common_mistakes"]),
         follow_ups=tuple(follow_ups),
+        must_not=_claims(entry.get("must_not", [])),
     )
 
 

@@ -126,4 +126,5 @@ def free_text(question: Question | str, *, lab: str | None = None, pass_score: f
     q = get_question(question) if isinstance(question, str) else question
     hints = [f"{p.name}: {p.hint}" if p.hint else p.name for p in q.key_points]
     return FreeText(q.id, f"{q.question} ({q.question_zh})", list(q.key_points),
-                    pass_score=pass_score, model_answer=q.answer, hints=hints, lab=lab)
+                    pass_score=pass_score, model_answer=q.answer, hints=hints, lab=lab,
+                    must_not=q.must_not)

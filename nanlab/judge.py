@@ -284,6 +284,25 @@ def failure_point(bad: Any) -> tuple[int, float] | None:
     return at, level
 
 
+def gives_reference(bad: Any) -> bool:
+    """Whether a bad run sets a bar of its own for a replay: it learned before it failed
+    (:func:`failure_point`), or it stayed finite (then the replay must beat its end).
+    (and not one that diverged far above its start: beating that only asks to learn).
+    When it does not, a replay only has to learn at all, a weak proof: diagnose then
+    keeps looking for a cause whose fix learns further.
+
+    >>> import numpy as np
+    >>> gives_reference(np.r_[np.full(40, 3.5), np.full(10, np.nan)])
+    False
+    """
+    if failure_point(bad) is not None:
+        return True
+    _, losses, _, _ = _read(bad)
+    start = _start(losses)
+    limit, _ = _limit(start, None, bad)
+    return limit < LEARN_FRACTION * start  # a finite bad run that ended low: beat it
+
+
 def _running_mean(losses: np.ndarray) -> np.ndarray:
     """The mean of each window of ``SMOOTH`` losses (NaN where one is not finite)."""
     if len(losses) < SMOOTH:

@@ -350,7 +350,7 @@ SCENARIOS = [
              gpt2_illegal_label, base(), own_fault=False, needs="transformers"),
     Scenario("gpt2_all_masked", "HF GPT-2", "dirty_data", "validate_data",
              gpt2_all_masked, base(), needs="transformers"),
-    Scenario("llama_adamw_lr_1_fp16", "HF Llama", "learning_rate", "lr_div100",
+    Scenario("llama_adamw_lr_1_fp16", "HF Llama", "learning_rate", "lr_div10",
              llama_adamw_lr_1_fp16, base(precision="fp16"), own_optimizer=True,
              needs="transformers"),
     Scenario("llama_nan_input", "HF Llama", "dirty_data", "validate_data",

@@ -45,7 +45,7 @@ from nanlab.debug.runs import load_run
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
 from nanlab.faults.catalogue import cure_for
-from nanlab.judge import STREAK, judge
+from nanlab.judge import STREAK, gives_reference, judge
 from nanlab.norms import norm_modules
 from nanlab.record import RunRecord
 from nanlab.train import TrainConfig, Trainer, stop_early
@@ -429,6 +429,14 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
                 findings.append(Finding("lr", "ruled out", f"LR {lr:g} / 10 and / 100 "
                                         f"replays: {why}"))
 
+    # A bad run that never learned before it failed sets no bar of its own, so an LR cut
+    # that merely learns is a weak proof: a smaller LR also slows an explosion or hides a
+    # bad init. Look on; a later cause whose fix learns further wins (see _weigh_lr).
+    weak_lr = None
+    if cause == "learning_rate" and detail != "lr_jump" and not gives_reference(run):
+        weak_lr = (cause, detail, fix, len(findings) - 1)
+        cause = detail = fix = None
+
     # 4. grad norms
     if cause is None:
         # An overflow makes inf first; a NaN with no inf before it is 0 / 0, not growth.
@@ -456,6 +464,9 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
                 cause = detail = None
         findings.append(Finding("init_eps", "cause" if cause else "ruled out", text))
 
+    if weak_lr is not None:
+        cause, detail, fix = _weigh_lr(weak_lr, (cause, detail, fix), findings, replay, run)
+
     # prove the fix
     verified, proof = False, "no fix to try"
     if fix:
@@ -468,6 +479,32 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
         proof = "a one-off LR glitch: fix the schedule; the loss recovers on its own"
     return Diagnosis(symptom, step, cause, detail or cause, fix, verified, proof, findings,
                      location=loc)
+
+
+def _weigh_lr(lr_result, later, findings: list[Finding], replay: _Replayer, run):
+    """An LR cut cured a run that never learned; a later step named another cause. Keep
+    the later one only if its fix is healthy and ends lower than the LR replay did (the
+    LR cut then only slowed the failure); otherwise the LR is the cause after all."""
+    cause, detail, fix, at = lr_result
+    later_cause, _, later_fix = later
+    if later_cause is None or not later_fix:
+        return cause, detail, fix
+    lr_end = judge(replay(fix), baseline=run).end
+    other = replay(later_fix)
+    verdict = judge(other, baseline=run) if other is not None else None
+    if verdict is not None and verdict.healthy and verdict.end < lr_end:
+        f = findings[at]
+        findings[at] = Finding(f.step, "ruled out", f"{f.text}; but the {later_fix} replay "
+                               f"learns further ({verdict.end:.3g} against {lr_end:.3g}): "
+                               "a smaller LR only slowed the failure")
+        return later
+    why = verdict.reason if verdict is not None else "it changes nothing in this run"
+    for i in range(at + 1, len(findings)):
+        if findings[i].verdict == "cause":
+            findings[i] = Finding(findings[i].step, "ruled out",
+                                  f"{findings[i].text}; but the {later_fix} replay does "
+                                  f"no better than the LR cut ({why})")
+    return cause, detail, fix
 
 
 def _resolve(source, build: Builder | None):

@@ -540,6 +540,9 @@ def _run_target(trainer: Trainer, target: int, row: dict | None, loc: Location,
             with warnings.catch_warnings(), tracer:
                 # modules whose inputs need no grad (the embeddings) still get their hook
                 warnings.filterwarnings("ignore", message="Full backward hook is firing")
+                # a module returning a ModelOutput (Hugging Face) gets no backward hook;
+                # its forward output is still checked, and its children's grads are
+                warnings.filterwarnings("ignore", message="For backward hooks to be called")
                 info = _replayed_step(trainer, row, loss_fn=watched)
         except Exception as e:
             error = e

@@ -19,8 +19,8 @@ labs: setup  ## after editing solutions/: sync each .py/.ipynb pair, run it (sto
 	$(BIN)/python -m nanlab course execute
 	$(BIN)/python -m nanlab course build
 
-lab: setup  ## open the student labs in JupyterLab
-	$(BIN)/jupyter lab labs/
+lab: setup  ## open the student labs in JupyterLab (no news prompt: jupyter/labconfig)
+	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter $(BIN)/jupyter lab labs/
 
 lint: setup
 	$(BIN)/ruff check .

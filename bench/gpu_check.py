@@ -148,6 +148,10 @@ def main() -> int:
         faults.get_fault(n)  # an unknown name: a clear error before anything runs
     where = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
     print(f"gpu_check on {where}, torch {torch.__version__}, device={args.device}")
+    # TF32 decides how exact the fp32 baselines (the clean run, the amp_off replays) are
+    print(f"fp32 matmul precision {torch.get_float32_matmul_precision()!r}, "
+          f"cuda.matmul.allow_tf32={torch.backends.cuda.matmul.allow_tf32}, "
+          f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32}")
     # notebooks get what is left after the faults and the guard, at least a third
     fault_deadline = start + (args.budget * (2 / 3 if not args.no_notebooks else 1.0))
     frows = fault_rows(names, args.device, not args.no_diagnose, fault_deadline)

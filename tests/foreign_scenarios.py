@@ -269,7 +269,8 @@ def gpt2(vocab: int = 64):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(vocab_size=vocab, n_positions=32, n_embd=32, n_layer=2, n_head=2,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        bos_token_id=0, eos_token_id=0)  # ids inside the tiny vocabulary
     return GPT2LMHeadModel(config)
 
 

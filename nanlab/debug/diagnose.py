@@ -14,10 +14,15 @@ The order goes from cheap to expensive, from likely to rare (claim M2):
 
 A replay that makes the NaN go away is not yet the cause. With AMP off a run at a far
 too high LR stops producing NaN and still diverges (FINDINGS: fp16 only made the
-divergence loud), so each replay is judged on its loss curve by :func:`nanlab.judge.judge`:
-finite, no spike, no stall, and the loss brought down to under 30 % of where it started.
-The first step whose replay is healthy names the cause; the fix that the fault catalogue
-declares for it (:func:`nanlab.faults.catalogue.cure_for`) is then run once more to prove it.
+divergence loud), so each replay is judged on its loss curve by :func:`nanlab.judge.judge`
+against the bad run itself: finite, no spike, no stall, as far along at the step where
+the bad run failed as the bad run was, and still learning after it (any loss scale, any
+learning speed). The first step whose replay is healthy names the cause; the fix that
+the fault catalogue declares for it (:func:`nanlab.faults.catalogue.cure_for`) is then
+run once more to prove it. The LR step tries / 10, then / 100. When the bad run failed
+before it had learned anything, an LR cut that merely learns proves little (a smaller
+LR also slows an explosion), so the later steps still run, and a cause whose fix learns
+further wins.
 
 The fault's name in a run's manifest is used only to rebuild the same run (the same
 data, the same model); the decision never reads it. A run made by your own code is

@@ -81,6 +81,17 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "numerically stable ops (log_softmax, a max-subtracted softmax) and fp32 for the ops "
         "that overflow; plot activation abs-max against 65504",
     ),
+    "fp16_cast_overflow": _Words(
+        "a value past FP16's range at a cast to FP16 (FP16 转换溢出)",
+        "the value was finite in fp32 (a raw amount, a position id, an unscaled feature) and "
+        "became inf at the cast to fp16, whose largest finite value is 65504; the first "
+        "matmul then turned inf into NaN",
+        "bf16 has fp32's exponent range (max about 3.4e38), so the same value survives the "
+        "cast; the arithmetic was never the problem, the range was",
+        "scale or log-transform raw inputs before the model, keep such inputs and "
+        "positional encodings in fp32, and assert the largest input against the dtype's "
+        "range",
+    ),
     "softmax_overflow": _Words(
         "a naive softmax overflowing in FP16 (softmax 溢出)",
         "exp(x) of a score above about 11.1 overflows fp16 to inf, and inf / inf is NaN",

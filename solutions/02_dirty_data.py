@@ -363,7 +363,7 @@ fig = plot_compare({name: r.record for name, r in runs.items()})
 # `illegal_label` simply stops at step 39, because step 40 raised.
 
 # %% [markdown]
-# ## 4. The fix: validate every batch (claim M5)
+# ## 4. The fix: validate every batch
 # The cure for dirty data is not a training trick. It is a check (数据校验 data
 # validation), in the data pipeline, on the batch the model is about to see, that
 # refuses what cannot be trained on.
@@ -579,7 +579,7 @@ print(f"one batch check: {per_check * 1e6:.0f} microseconds")
 # in a real model). On a GPU, run the check on the CPU batch inside the data loader,
 # before `.to(device)`: then it costs no host-device sync and overlaps with training.
 #
-# ## 5. The proof (claims V1, V2)
+# ## 5. The proof
 # A fix is proven when a run **with the same seed** and the fault still in the data
 # gives a normal curve, and its loss at the same step matches the clean run.
 

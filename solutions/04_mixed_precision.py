@@ -22,18 +22,15 @@
 # %% [markdown]
 # # Lab 04 · Mixed precision (混合精度): fp16, bf16 and loss scaling (损失缩放)
 #
-# Mixed precision runs the big matrix multiplications in 16 bits and keeps the rest
-# in 32: half the memory traffic, much faster on a GPU, and the classic source of
-# NaN. In this lab:
+# Mixed precision runs the big matrix multiplications in 16 bits and the rest in
+# 32: half the memory traffic, much faster on a GPU, and the classic source of NaN.
 #
-# 1. **the numbers**: the three formats in one table, and what `autocast`
-#    actually runs in 16 bits;
+# 1. **the numbers**: three formats, and what `autocast` runs in 16 bits;
 # 2. **one run, four precisions**: fp32, fp16 autocast, fp16 + GradScaler, bf16;
-#    which one goes NaN, where (`locate`), and why inf comes before NaN;
-# 3. **the GradScaler**: its loss-scale curve from the record, what it cures
-#    (underflow) and what it cannot (an overflow in the forward pass); you write its
-#    update rule and its unscale check;
-# 4. **bf16**: fp32's range without a scaler, and the 8 bits of precision it pays;
+#    which goes NaN, where (`locate`), and why inf comes before NaN;
+# 3. **the GradScaler**: its loss-scale curve, what it cures (underflow) and what
+#    it cannot (a forward-pass overflow); you write its update rule and unscale check;
+# 4. **bf16**: fp32's range without a scaler, paid for with 8 bits of precision;
 # 5. **Adam's eps in pure fp16**: `1e-8` is 0 in fp16;
 # 6. **the modern API**, `torch.amp`, in a ten-line loop, and why not
 #    `torch.cuda.amp`;
@@ -65,9 +62,8 @@ FP16_EXP_LIMIT = math.log(torch.finfo(torch.float16).max)  # 11.09: exp(x) > 655
 # %% [markdown]
 # ## 1. The numbers
 # ### Three formats in one table
-# The exponent bits set the range, the mantissa bits the precision. `torch.finfo`
-# gives everything else; the last column is where `exp(x)` overflows, the number
-# that matters for every softmax.
+# Exponent bits set the range, mantissa bits the precision. The last column, where
+# `exp(x)` overflows, matters for every softmax.
 
 # %% tags=["nbval-check-output"]
 print(f"{'dtype':9} {'exp bits':>8} {'mantissa':>8} {'max':>10} {'min normal':>11} "
@@ -81,16 +77,15 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
           f"{math.log(fi.max):>16.2f}")
 
 # %% [markdown]
-# fp16 (5 exponent bits) overflows above **65504** and underflows below **6e-8**;
-# bf16 (8 exponent bits, like fp32) reaches **3.4e38** but has only 8 bits of
-# precision (`eps` = 0.0078). And `exp` overflows fp16 at **11.09**: a logit or an
-# attention score of 12 is enough.
+# fp16 overflows above **65504** and underflows below **6e-8**; bf16 reaches fp32's
+# **3.4e38** with only 8 bits of precision (`eps` = 0.0078). `exp` overflows fp16
+# at **11.09**: a logit or an attention score of 12 is enough.
 #
 # ### What autocast runs in 16 bits
 # Mixed precision is not "the model in fp16". Under `torch.amp.autocast` the
-# **weights stay fp32** (the *master weights*, 主权重); each op casts its inputs to
-# the precision it is listed for. Matmuls and linear layers run in 16 bits; the
-# list of ops kept in fp32 is **per device**:
+# **weights stay fp32** (the *master weights*, 主权重) and each op casts its inputs
+# to the precision it is listed for: matmuls and linear layers to 16 bits. Which
+# ops stay in fp32 depends on the **device**:
 
 # %%
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -116,23 +111,32 @@ for name, out in ops.items():
 # it in fp32 yourself (`logits.float()`) or use the fused, stable op
 # (`F.cross_entropy`, `torch.softmax`).
 #
+# A GPU can also change the fp32 baseline itself. On Ampere and newer GPUs an fp32
+# matmul may run on TF32 tensor cores: 10 explicit mantissa bits, fp32's exponent
+# range. PyTorch leaves that off for matmuls (`torch.get_float32_matmul_precision()`
+# is `"highest"`, `torch.backends.cuda.matmul.allow_tf32` is `False`) and on for
+# cuDNN convolutions (PyTorch documentation, "CUDA semantics", section on
+# TensorFloat-32; `torch.set_float32_matmul_precision("high")` turns it on). With
+# TF32 the fp32 runs below would be a little less exact, but nothing in them would
+# overflow sooner: the range is fp32's.
+#
 # ## 2. One run, four precisions
 # The fault `fp16_overflow` is exactly that mistake: a softmax cross-entropy
-# written by hand, `-log(exp(l_y) / Σ exp(l))`, without subtracting the max. A
-# custom label-smoothing or distillation loss often looks like this. In fp32 it is
-# the same number as `F.cross_entropy`, until the model becomes confident. The
-# fault computes it in an `autocast(enabled=False)` region on the fp16 logits,
-# without `.float()`. PyTorch's autocast documentation ("Automatic Mixed Precision
-# package - torch.amp", on `autocast(enabled=False)` subregions) says inputs from the
-# surrounding region should be cast to the dtype you want; forgetting it leaves every
-# op in fp16, on the CPU and on CUDA alike, so this fault fires on both. Had the loss
-# stayed inside autocast, it would depend on the device: CUDA would run its `exp` and
-# `sum` in fp32 and survive, the CPU in fp16 (section 1), a CPU-only trap.
+# written by hand, `-log(exp(l_y) / Σ exp(l))`, without subtracting the max, as
+# custom label-smoothing or distillation losses often are. In fp32 it equals
+# `F.cross_entropy` until the model becomes confident. The fault computes it on the
+# fp16 logits in an `autocast(enabled=False)` region, without `.float()`. PyTorch's
+# autocast documentation ("Automatic Mixed Precision package - torch.amp", on
+# `autocast(enabled=False)` subregions) says inputs from the surrounding region
+# should be cast to the dtype you want; without the cast every op runs in fp16, on
+# the CPU and on CUDA alike, so this fault fires on both. Inside autocast it would
+# depend on the device: CUDA would run its `exp` and `sum` in fp32 and survive, the
+# CPU in fp16 (section 1).
 #
-# We run it four ways, same seed, same data. A small callback records, for every
-# step, the largest logit and the largest **log of the softmax denominator**,
-# `logsumexp(logits)`, computed in fp32: in fp16 the hand-written denominator
-# overflows when that number passes 11.09.
+# We run it four ways, same seed, same data. A callback records at every step the
+# largest logit and the largest **log of the softmax denominator**,
+# `logsumexp(logits)`, in fp32: the fp16 denominator overflows when that number
+# passes 11.09.
 
 # %%
 def watch_logits(store):
@@ -176,10 +180,9 @@ print("fp16 without a scaler: no NaN in 200 steps:",
 fig = plot_compare({name: run.record for name, run in runs.items()}, grad_norm=False)
 
 # %% [markdown]
-# fp32 and bf16 train normally, and the fp16 run *with* a GradScaler fails late,
-# once the model has learned. The surprise is plain fp16, without a scaler: no NaN
-# at all. Keep it in mind; section 3 explains it, and the explanation is not "it
-# was safer". First the picture of why the failure comes when it does:
+# Only the fp16 run *with* a GradScaler fails, late, once the model has learned.
+# Plain fp16 never goes NaN: section 3 explains why, and it is not "it was safer".
+# First, why the failure comes when it does:
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 3.5), layout="constrained")
@@ -199,14 +202,13 @@ ax.grid(alpha=0.3)
 ax.legend(fontsize=7, loc="lower right");
 
 # %% [markdown]
-# The log of the denominator grows as the model grows confident. In fp16 the run
-# dies at the first step it crosses 11.09; bf16 crosses it around the same step
-# and carries on far above it without noticing, because its limit is 88.7. Plain fp16 never
-# gets there.
+# The fp16 + GradScaler run dies at the first step its curve crosses 11.09; bf16
+# crosses it around the same step and carries on, since its limit is 88.7. Plain
+# fp16 never gets there.
 #
-# ### Where exactly: `locate`, and inf before NaN (claim B1)
-# `locate` replays the first bad step of the GradScaler run from its checkpoint
-# and names the first tensor that went non-finite, op by op:
+# ### Where exactly: `locate`, and inf before NaN
+# `locate` replays the GradScaler run's first bad step from its checkpoint and
+# names, op by op, the first tensor that went non-finite:
 
 # %%
 loc = locate(scaled.trainer)
@@ -226,20 +228,19 @@ print("log of the largest sum above 11.09 (the sum overflows):", top_lse > FP16_
 # %% [markdown]
 # Read it in order:
 #
-# 1. Every single `exp(logit)` is finite (the largest logit is just under 11.09),
-#    but their **sum** is not: `aten.sum` makes the first `+inf`, the softmax
+# 1. Each `exp(logit)` is finite (the largest logit is just under 11.09), but
+#    their **sum** is not: `aten.sum` makes the first `+inf`, the softmax
 #    denominator of three positions.
 # 2. `exp(l_y) / inf = 0` and `−log(0) = +inf`: the loss is **inf, not NaN**.
 # 3. The NaN is made in the **backward** pass, where the chain rule multiplies
-#    that inf by a zero (`inf · 0 = NaN`). Inf first, NaN second: claim B1, seen
-#    op by op.
+#    that inf by a zero (`inf · 0 = NaN`). Inf first, NaN second: claim B1.
 #
-# The lesson for reading logs: a loss printed as `inf` and gradients of `NaN` in
-# the same step is the fingerprint of an overflow in the forward pass.
+# In a log, an `inf` loss with `NaN` gradients in the same step is the fingerprint
+# of a forward-pass overflow.
 #
 # ## 3. The GradScaler: what it cures, what it cannot
 # ### The loss-scale curve
-# The run record keeps the scale of every step (the `loss_scale` column). PyTorch's
+# The record keeps each step's scale (the `loss_scale` column). PyTorch's
 # GradScaler starts at **2^16 = 65536**, multiplies the scale by **0.5** (backoff)
 # at every step whose gradients contain inf or NaN, skipping that step's update,
 # and by **2** (growth) after **2000** clean steps in a row.
@@ -276,21 +277,20 @@ print("scale at the last step below 1:", scale[-1] < 1)
 # %% [markdown]
 # Two regimes on one curve:
 #
-# - **Before the failure**, a few isolated skips: the very first step (starting
-#   high is cheap: a scale that is too big costs one skipped step and is halved)
-#   and an occasional step whose scaled gradients passed 65504. One skipped step out of
-#   dozens costs nothing. This is the scaler working.
+# - **Before the failure**, a few isolated skips: the first step (starting high is
+#   cheap: a scale that is too big costs one skipped step and is halved) and an
+#   occasional step whose scaled gradients passed 65504. One skip in dozens costs
+#   nothing: the scaler is working.
 # - **After it**, the loss itself is inf in the forward pass. The scaler cannot
-#   tell that apart from a gradient overflow: it skips and halves, at every step,
-#   while the weights stay frozen (a skipped step does not update them), so the
-#   next step overflows again. The scale falls from thousands to below 1 in a few
-#   dozen steps and would go on forever: PyTorch's GradScaler has no floor. DeepSpeed
-#   stops with "Current loss scale already at minimum"; gpt-neox users asked for
-#   exactly that abort.
+#   tell that from a gradient overflow: it skips and halves at every step, the
+#   weights stay frozen, and the next step overflows again. The scale falls from
+#   thousands to below 1 in a few dozen steps and would go on: PyTorch's
+#   GradScaler has no floor. DeepSpeed stops with "Current loss scale already at
+#   minimum"; gpt-neox users asked for exactly that abort.
 #
-# This collapse is how BLOOM's 104B fp16 attempts died (the loss scale collapsed
-# and the runs diverged); the 176B model was trained in bf16 instead. **Log the
-# loss scale, and alert when it keeps falling.**
+# BLOOM's 104B fp16 attempts died this way (the loss scale collapsed and the runs
+# diverged); the 176B model was trained in bf16 instead. **Log the loss scale, and
+# alert when it keeps falling.**
 #
 # **Exercise 1 · the update rule.** Write `next_scale`, the rule of
 # `GradScaler.update()`: after an overflow step, multiply by `backoff` and reset
@@ -348,12 +348,11 @@ check("next_scale",
 
 # %% [markdown]
 # ### What the scaler is for: gradients that underflow
-# Now the surprise of section 2. Why did plain fp16, with no scaler, never go NaN?
-# Take the model trained in fp32 (200 steps, confident) and compute one backward
-# pass three ways: in fp32, in fp16 autocast, and in fp16 autocast with the loss
-# multiplied by 2^16 first (and the gradient divided by it afterwards). Count the
-# gradient entries of the logits that fp16 flushed to exactly 0 (the stable
-# `F.cross_entropy` loss here, so that nothing overflows).
+# Why did plain fp16, with no scaler, never go NaN? Take the model trained in fp32
+# (200 steps, confident) and run one backward pass in fp32, in fp16 autocast, and
+# in fp16 autocast with the loss multiplied by 2^16 (the gradient divided by it
+# afterwards). We count the logit-gradient entries that fp16 flushed to exactly 0
+# (with the stable `F.cross_entropy`, so that nothing overflows).
 
 # %%
 from nanlab.train import lm_loss
@@ -397,25 +396,24 @@ print("with the loss scaled by 2**16, fewer than 0.1 %:", flushed[2.0**16] < 0.0
 
 # %% [markdown]
 # The loss is a mean over about a thousand positions, so each position's gradient
-# is divided by a thousand; for a confident prediction it is smaller still, below
-# fp16's 6e-8, and becomes exactly 0. Multiplying the loss by 2^16 lifts those
-# values back into range; dividing afterwards in fp32 restores their size. **That
-# is what loss scaling is for: underflow (下溢) in the backward pass.**
+# is divided by a thousand; for a confident prediction it falls below fp16's 6e-8
+# and becomes exactly 0. Scaling the loss by 2^16 lifts those values into range;
+# dividing afterwards in fp32 restores their size. **Loss scaling is for underflow
+# (下溢) in the backward pass.**
 #
-# And that explains plain fp16 in section 2: the gradients that would have made the
-# model more confident were flushed to zero, its largest logsumexp stalled below
-# 11, just under the overflow line, and it ended with more than twice the loss of
-# the fp32 run. It did not go NaN because it **learned less**. A change that makes the
-# NaN go away has not necessarily fixed anything: the same lesson as AMP off in
-# Lab 03.
+# So in section 2, plain fp16 lost the gradients that would have made the model
+# more confident: its largest logsumexp stalled below 11, just under the overflow
+# line, and it ended with more than twice the fp32 run's loss. It did not go NaN
+# because it **learned less**. A change that makes the NaN go away has not
+# necessarily fixed anything (as with AMP off in Lab 03).
 #
 # ### The scaler's check, by hand
 # Before the optimizer step, `scaler.unscale_(optimizer)` divides every gradient by
-# the scale and records whether any of them is inf or NaN; `scaler.step(optimizer)`
-# then skips `optimizer.step()` if so.
+# the scale and records whether any is inf or NaN; `scaler.step(optimizer)` then
+# skips `optimizer.step()` if so.
 #
 # **Exercise 2 · unscale and check.** Write `unscale_and_check(grads, scale)`:
-# return `(unscaled, found_inf)`, new tensors `g / scale` and `True` when any
+# return `(unscaled, found_inf)`: new tensors `g / scale`, and `True` when any
 # element of any gradient is inf or NaN.
 
 # %%
@@ -456,13 +454,13 @@ check("unscale_and_check",
       ])
 
 # %% [markdown]
-# Where clipping goes: **after** `unscale_`, so that `max_norm = 1.0` means 1.0 in
-# real units, not in units of 65536. And a clipped inf is still not finite, which
-# is why the scaler decides from what `unscale_` found, not from the clipped values.
+# Clip **after** `unscale_`, so that `max_norm = 1.0` means 1.0 in real units, not
+# in units of 65536. A clipped inf is still not finite, so the scaler decides from
+# what `unscale_` found, not from the clipped values.
 #
 # ## 4. bf16: fp32's range, 8 bits of precision
-# bf16 keeps fp32's 8 exponent bits, so nothing in this model comes near its limit
-# and the gradients do not underflow: **no scaler is needed**. The price is the
+# bf16 keeps fp32's 8 exponent bits: nothing in this model comes near its limit,
+# the gradients do not underflow, and **no scaler is needed**. The price is the
 # mantissa. Add an update of 0.001 to a weight of 1.0:
 
 # %% tags=["nbval-check-output"]
@@ -472,10 +470,10 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
           f"spacing of numbers at 1.0: {torch.finfo(dtype).eps:.2e}")
 
 # %% [markdown]
-# In bf16 the update is simply lost: the numbers next to 1.0 are 1.0 and 1.0078.
-# Weight updates are usually far smaller than the weights, so **weights and
-# optimizer state stay in fp32** and only the compute runs in bf16. That is what
-# autocast does, and the bf16 run above trained exactly that way:
+# In bf16 the update is lost: the next number after 1.0 is 1.0078. Updates are
+# usually far smaller than the weights, so **weights and optimizer state stay in
+# fp32** and only the compute runs in bf16, as autocast does. The bf16 run above
+# trained that way:
 
 # %% tags=["nbval-check-output"]
 b = runs["bf16"]
@@ -488,12 +486,12 @@ print("bf16 run uses a GradScaler:", b.trainer.scaler is not None)
 print("bf16 final loss within 10 % of fp32's:", abs(b16_end - f32_end) < 0.1 * f32_end)
 
 # %% [markdown]
-# bf16 cured `fp16_overflow` with no other change, and no scaler. It is the usual
-# first fix for fp16 overflow on hardware that supports it (NVIDIA A100 and later,
-# TPUs). Two limits: bf16 does not cure a real divergence (Lab 03's `high_lr` in
-# bf16 still diverges: `nanlab matrix --faults high_lr --fixes bf16`), and the
-# proper fix of *this* fault is the stable loss, `F.cross_entropy`
-# (`nanlab.faults.fixes` calls it `stable_softmax`).
+# bf16 cured `fp16_overflow` with no other change and no scaler: the usual first
+# fix for fp16 overflow on hardware that supports it (NVIDIA A100 and later, TPUs).
+# Two limits: it does not cure a real divergence (Lab 03's `high_lr` still diverges
+# in bf16: `nanlab matrix --faults high_lr --fixes bf16`), and the proper fix of
+# *this* fault is the stable loss, `F.cross_entropy` (`nanlab.faults.fixes` calls
+# it `stable_softmax`).
 #
 # ## 5. Adam's eps in pure fp16
 # Some code puts the *whole* model and optimizer in fp16 (`model.half()`), without
@@ -508,8 +506,10 @@ print("1e-4 squared in fp16:", (torch.tensor(1e-4).half() ** 2).item())
 
 # %% [markdown]
 # The eps is 0, and `v`, the running mean of squared gradients, is 0 for any
-# gradient below about 1e-3 (at the first step `v = 0.05 · g²`, below fp16's
-# smallest number, 6e-8). Then the update
+# small enough gradient: at the first step `v = (1 - β2) · g²`, and fp16 rounds
+# anything below half its smallest number (2^-25, about 3e-8) to 0. With the toy's
+# β2 = 0.95 that is every `|g|` below √(2^-25 / 0.05) ≈ 7.7e-4; with PyTorch's
+# default β2 = 0.999, every `|g|` below about 5.5e-3. Then the update
 # `m / (√v + eps)` is `m / 0`. One AdamW step on four fp16 weights with gradients
 # 1e-2, 1e-4, 1e-6 and 0:
 
@@ -529,8 +529,8 @@ print("eps = 1e-4:", one_adam_step(1e-4))
 
 # %% [markdown]
 # `1e-4 / 0 = inf` and `0 / 0 = NaN`, written straight into the weights by the
-# optimizer. The fault `adam_eps_fp16` does this to the toy model, and `locate`
-# points at the optimizer, not the model:
+# optimizer. The fault `adam_eps_fp16` does this to the toy model; where does
+# `locate` point?
 
 # %%
 eps_run = run_fault("adam_eps_fp16", steps=5)
@@ -543,17 +543,16 @@ print("located step:", eps_loc.step, "| pass:", eps_loc.pass_name,
       "| op:", eps_loc.first_op.op)
 
 # %% [markdown]
-# The loss of step 0 is fine; the **update** of step 0 writes ±inf into the weights
-# (`aten.addcdiv_` is how PyTorch's Adam applies `w -= lr · m / (√v + eps)`), and
-# the loss of step 1 is NaN. A NaN that appears one step after a perfectly normal
-# loss, with nothing growing before it, and `locate` in the optimizer pass: that
-# is the signature.
+# The loss of step 0 is fine; its **update** writes ±inf into the weights
+# (`aten.addcdiv_` is how PyTorch's Adam applies `w -= lr · m / (√v + eps)`). The
+# signature: a NaN one step after a normal loss, nothing growing before it, and
+# `locate` in the optimizer pass.
 #
 # The cure is to keep what Adam accumulates in fp32: fp16 *autocast* with a
 # GradScaler (fp32 master weights and optimizer state; nanlab calls that fix
 # `grad_scaler`), or bf16 autocast. An eps that fp16 can represent (1e-4) also
-# stops the NaN, but pure-fp16 training stays fragile. The same seed, 60 steps,
-# against the fp32 run at the same step:
+# stops the NaN, but pure-fp16 training stays fragile. The fix, same seed, 60
+# steps, against the fp32 run:
 
 # %%
 eps_fixed = run_fault("adam_eps_fp16", fixes=["grad_scaler"], steps=60, decay_steps=200)

@@ -22,33 +22,15 @@
 # %% [markdown]
 # # Lab 05 · Initialisation and depth: gradient explosion (梯度爆炸), and two myths
 #
-# Interviewers love "gradient explosion" as the answer to a NaN loss. It is a real
-# cause, but it has a shape you can see in the record long before the NaN, and
-# some of the usual suspects turn out not to make NaN at all. In this lab:
-#
-# 1. **the failure**: a deep stack without LayerNorm (层归一化) whose gradients
-#    grow by orders of magnitude until fp32 overflows; you read the per-layer
-#    history and `locate` the first inf;
-# 2. **a bad init** (初始化不当) that is NaN at step 0, and an **activation
-#    recorder** you build from forward hooks (前向钩子);
-# 3. **the cure**, LayerNorm + residual connections and a sane init, proven with
-#    the same seed at the same step;
-# 4. **Xavier, He or a small normal?** measured, not recited;
-# 5. **two myths**: a dead ReLU and a deep sigmoid chain stall training; neither
-#    makes a NaN;
-# 6. **optimizers and pretrained weights**: AdamW vs SGD vs NAdam, and whether a
-#    pretrained start is "more stable";
-# 7. **practice** in interview form.
-#
-# CPU is enough; about 45 minutes. Cells marked `# YOUR CODE HERE` are yours; the
-# cell after each one checks it.
+# Gradient explosion is a real cause of NaN, visible in the record long before the
+# NaN; some usual suspects make none. CPU is enough; about 45 minutes. Cells marked
+# `# YOUR CODE HERE` are yours; the cell after each one checks it.
 
 # %% [markdown]
 # ## Setup
-# Every run is the toy Transformer of Lab 00 on the counting task, seed 0. The
-# clean baseline (2 pre-LN blocks, AdamW at 5e-3) runs the first 80 steps of its
-# 200-step schedule (`decay_steps=200`); the faulty runs use the same schedule,
-# so the loss at a given step can be compared across runs.
+# Every run is Lab 00's toy Transformer on the counting task, seed 0. The clean
+# baseline (2 pre-LN blocks, AdamW at 5e-3) runs 80 steps of a 200-step schedule
+# (`decay_steps=200`), shared by the faulty runs so same-step losses compare.
 
 # %%
 import math
@@ -76,10 +58,9 @@ print(f"clean run on {device}: loss {clean_losses[0]:.2f} -> {clean_losses[79]:.
 # %% [markdown]
 # ## 1. A deep stack without LayerNorm: 梯度爆炸 (gradient explosion)
 #
-# `deep_explosion` stacks 6 blocks instead of 2, removes every LayerNorm, and
-# trains with AdamW at 0.02, no clipping. Nothing else changes. We let it run until
-# the loss itself is NaN (a callback stops it there), recording per-layer
-# statistics every 5 steps and a checkpoint every 25.
+# `deep_explosion` changes only this: 6 blocks instead of 2, no LayerNorm
+# (层归一化), AdamW at 0.02, no clipping. It records per-layer statistics every 5
+# steps and a checkpoint every 25; a callback stops it at the first NaN loss.
 
 # %%
 def stop_at_nan_loss(trainer, info):
@@ -102,13 +83,11 @@ first_nan = int(nan_steps[0]) if len(nan_steps) else None
 fig = plot_loss(deep.record, title="deep_explosion: 6 blocks, no LayerNorm, AdamW 0.02")
 
 # %% [markdown]
-# The loss is on a log scale: it does not jump to NaN, it *climbs*, from 3.5 to
-# billions. Read the record's rows at a few steps, at the first non-finite one and
-# at the first NaN loss. (The step numbers in the text are from a CPU run on one
-# thread. This run sits on the edge: with another summation order, two CPU threads
-# or a GPU, it can stay finite for all 200 steps. The cell above then reruns it at
-# LR 0.05, which blows up near step 28 on any device; the shape is the same, the
-# steps are earlier.)
+# Does the loss jump to NaN or climb? Print the record around the first non-finite
+# step and the first NaN loss. (Step numbers are from a one-thread CPU run. With
+# another summation order (two threads, a GPU) the run may stay finite for 200
+# steps; the cell above then reruns it at LR 0.05, which blows up near step 28 on
+# any device.)
 
 # %%
 for s in (0, 20, 40, 60, first_bad - 1, first_bad, first_nan):
@@ -127,15 +106,12 @@ print("the loss itself turns NaN more than 10 steps later:",
       first_nan is not None and first_nan > first_bad + 10)
 
 # %% [markdown]
-# So the first non-finite number of this run is an **inf**, and it is not the loss:
-# it is the global gradient norm. The loss only becomes NaN tens of steps later.
-# A monitor that watches the loss for NaN would have fired late; one that watches
-# the grad norm sees trouble long before either.
+# The first non-finite number is in the grad norm, not the loss: a loss monitor
+# fires late, a grad-norm monitor long before.
 #
-# ### 1a. The per-layer grad-norm history (claim C1)
-# The trainer recorded every layer's gradient norm every 5 steps
-# (`run.record.layers`). The heat map shows layers top to bottom (input to output)
-# and steps left to right, on a log colour scale.
+# ### 1a. The per-layer grad-norm history
+# Each layer's recorded grad norm (`run.record.layers`): input to output top to
+# bottom, steps left to right, log colour scale.
 
 # %%
 fig = plot_grad_heatmap(deep.record)
@@ -164,26 +140,24 @@ print("the global grad norm first passed 100 more than 20 steps before the first
 
 
 # %% [markdown]
-# Every row brightens together, by a dozen or more powers of ten between step 0 and
-# the last record before the inf. This is claim C1 in the record: the grad norm does
-# not jump once; it grows by a factor of ten every few steps for tens of steps.
-# Why here? An Adam step per weight is bounded by
-# $\mathrm{lr}\cdot\max(1, (1-\beta_1)/\sqrt{1-\beta_2})$ whatever the size of
-# its gradient (Kingma & Ba 2015, section 2.1; measured in Lab 03): the LR itself
-# with nanlab's β2 = 0.95, about 3.16 lr with PyTorch's default β2 = 0.999, whose
-# slower `v` is also linked to Adam-driven loss spikes (Wortsman et al. 2023,
-# section 4). So the weights grow steadily, never by a jump (the std printed above). Without LayerNorm nothing rescales the residual stream
-# between blocks, and the signal passes a dozen weight matrices on the way up
-# and again on the way down: a weight scale that grows steadily becomes
-# activations and gradients that grow by powers of ten.
+# Every row brightens together, a dozen or more powers of ten before the inf:
+# tenfold every few steps for tens of steps, not one jump (C1).
 #
-# **Exercise 1 · per-layer grad norms.** The record's per-layer numbers are easy to
-# compute yourself after any `backward()`. Write `layer_grad_norms(model)`: a dict
-# `{module name: L2 norm of the gradients of that module's own parameters}` for
-# every module that has parameters with a gradient (use
-# `model.named_modules()` and `module.parameters(recurse=False)`; the L2 norm of
-# several tensors together is the square root of the sum of all their squares).
-# The check rebuilds step 0 of `deep_explosion` and compares with the record.
+# Why? An Adam step per weight is bounded by
+# $\mathrm{lr}\cdot\max(1, (1-\beta_1)/\sqrt{1-\beta_2})$ whatever its gradient
+# (Kingma & Ba 2015, section 2.1; measured in Lab 03): the LR with nanlab's
+# β2 = 0.95, about 3.16 lr with PyTorch's default β2 = 0.999, whose slower `v` is
+# also linked to Adam-driven loss spikes (Wortsman et al. 2023, section 4). So the
+# weights grow steadily (the std above). With no LayerNorm to rescale the residual
+# stream, a dozen weight matrices up and again down turn that into activations and
+# gradients growing by powers of ten.
+#
+# **Exercise 1 · per-layer grad norms.** Write `layer_grad_norms(model)`, for use
+# after `backward()`: `{module name: L2 norm of the gradients of that module's own
+# parameters}` for every module with parameter gradients (use
+# `model.named_modules()`, `module.parameters(recurse=False)`; the L2 norm of
+# several tensors is the square root of the sum of all their squares). The check
+# compares with the record at step 0.
 
 # %%
 def layer_grad_norms(model):
@@ -234,9 +208,9 @@ check("layer_grad_norms", lambda: layer_grad_norms(step0_grads(deep)),
 
 # %% [markdown]
 # ### 1b. Where was the first inf made? `locate`
-# `locate` replays the first non-finite step from the nearest checkpoint (step 75
-# here), exactly, with a hook on every module, every gradient and every op, and
-# names the first tensor that went non-finite (Lab 02 introduced it).
+# `locate` (Lab 02) replays the first non-finite step exactly from the nearest
+# checkpoint (step 75), hooking every module, gradient and op, and names the first
+# non-finite tensor.
 
 # %%
 loc = locate(deep.trainer)
@@ -250,11 +224,10 @@ print("it is the global grad norm, every single gradient still finite:",
 print("inf came before NaN:", loc.inf_before_nan)
 
 # %% [markdown]
-# Every gradient was finite, but some gradient tensors were so large that their
-# *squares*, summed inside the norm, passed fp32's maximum of 3.4e38. The same
-# squares feed AdamW's second-moment estimate `exp_avg_sq` (`v`, a running mean of
-# the squared gradient). What did this step leave behind? Read the first checkpoint
-# after it:
+# Every gradient was finite, but their *squares*, summed inside the norm, passed
+# fp32's maximum of 3.4e38. The same squares feed AdamW's second-moment estimate
+# `exp_avg_sq` (`v`, a running mean of the squared gradient). The first
+# checkpoint after this step:
 
 # %%
 after = min(s for s in deep.trainer.checkpoints.steps() if s > first_bad)
@@ -274,19 +247,15 @@ print("after the NaN loss, the weights are not finite:",
       not all(bool(torch.isfinite(p).all()) for p in deep.trainer.model.parameters()))
 
 # %% [markdown]
-# An inf in `v` does not make a NaN by itself: the update `m / (√v + eps)` of those
-# weights is `m / inf = 0`, and since `β2 · inf` is still inf, it stays 0 for the
-# rest of the run. From the first inf on, a large part of the model was **silently
-# frozen** while the rest kept moving, and the run kept going with losses in the
-# billions until the loss was NaN and, one step later, the weights too. In order:
-# **grad norms climb by decades → the norm (and Adam's `v`) overflow to inf →
-# training carries on, broken, without a NaN → the loss goes NaN.** Inf came
-# first, as it usually does (claim B1).
+# An inf in `v` makes no NaN: the update `m / (√v + eps)` is `m / inf = 0`, and as
+# `β2 · inf` is inf, it stays 0. Much of the model was **silently frozen** while
+# the rest moved on, with losses in the billions. The order: **grad norms climb by
+# decades → the norm and `v` overflow to inf → training carries on, broken → the
+# loss goes NaN, a step later the weights.** Inf first, as usual (claim B1).
 #
-# Log per-layer grad norms (claim M3): the climb was visible about 50 steps before
-# anything was non-finite. And do not count on gradient clipping to catch this
-# late: `clip_grad_norm_` scales by `max_norm / total_norm`, and an inf norm makes
-# that 0.
+# Log per-layer grad norms (claim M3): the climb showed about 50 steps before
+# anything was non-finite. Clipping cannot catch it this late: `clip_grad_norm_`
+# scales by `max_norm / total_norm`; an inf norm makes that 0.
 
 # %% tags=["nbval-check-output"]
 p = torch.nn.Parameter(torch.zeros(2))
@@ -295,13 +264,12 @@ norm = torch.nn.utils.clip_grad_norm_([p], max_norm=1.0)
 print("total norm:", norm.item(), "  gradient after clipping:", p.grad.tolist())
 
 # %% [markdown]
-# The update of that step is silently zero, and the cause is still there.
-# Clipping from step 0 is a different story: it caps every step's gradient long
-# before anything overflows (with AdamW that does not shrink the update, Lab 03).
+# The step's update is silently zero; the cause remains. Clipping from step 0 caps
+# every gradient long before an overflow (with AdamW that does not shrink the
+# update, Lab 03).
 #
 # ## 2. A bad init: NaN at step 0, and an activation recorder (M8)
-# `bad_init` keeps the 6 blocks without LayerNorm but initialises every weight
-# with std 1.0 instead of GPT-2's 0.02. It does not take tens of steps:
+# `bad_init` (初始化不当): the same 6 blocks, init std 1.0 instead of GPT-2's 0.02:
 
 # %%
 bad = run_fault("bad_init", steps=1)
@@ -317,22 +285,19 @@ print("inf came before NaN:", bad_loc.inf_before_nan)
 
 
 # %% [markdown]
-# The very first forward pass overflows: an attention score `q · k` in the last
-# block is inf, and the stable softmax then computes `inf − inf = NaN`. How did
-# the numbers get that large? With std 1.0, each 64-wide matmul multiplies the
-# scale by about `std · √64 = 8` (and 16 for the 256-wide MLP projection), and
-# nothing in between brings it back down.
+# The first forward pass overflows: a `q · k` score in the last block is inf, and
+# the stable softmax computes `inf − inf = NaN`. With std 1.0 each 64-wide matmul
+# scales by about `std · √64 = 8` (16 for the 256-wide MLP projection); nothing
+# scales back.
 #
 # **Exercise 2 · an activation recorder (claim M8).** Write
-# `block_absmax(model, batch)`: register a **forward hook** on each block in
-# `model.blocks`, run one forward pass `model(batch.tokens, batch.features)`
-# under `torch.no_grad()`, and return the max `|output|` of each block, in order,
-# as a list of floats. Remove the hooks afterwards (`handle.remove()`, best in a
-# `finally:`): a hook left behind runs on every later forward pass.
-#
-# A forward hook is a function `hook(module, inputs, output)` that PyTorch calls
-# right after `module.forward` returns; `module.register_forward_hook(hook)`
-# returns the handle.
+# `block_absmax(model, batch)`: put a **forward hook** (前向钩子) on each block in
+# `model.blocks`, run `model(batch.tokens, batch.features)` once under
+# `torch.no_grad()`, and return each block's max `|output|`, in order, as a list
+# of floats. PyTorch calls `hook(module, inputs, output)` after `module.forward`;
+# `module.register_forward_hook(hook)` returns a handle. Remove the hooks
+# afterwards (`handle.remove()`, best in `finally:`), or they run on every later
+# forward pass.
 
 # %%
 def block_absmax(model, batch):
@@ -416,9 +381,8 @@ check("block_absmax", lambda: {name: block_absmax(model, batch)
       ])
 
 # %% [markdown]
-# The batches are the data set's own (all runs share seed 0, so batch *i* is the
-# same in every run). The recorder, run on each model (your version if it is done,
-# the written-out reference otherwise):
+# Batch *i* is the data set's own, the same in every run (seed 0). Your recorder
+# (or the reference) on each model:
 
 # %%
 try:
@@ -457,25 +421,19 @@ print("deep_explosion near the failure: last block more than 1000x its init valu
       bool(d1[-1] > 1000 * d0[-1]))
 
 # %% [markdown]
-# Two different explosions. `bad_init` explodes *along the depth* at step 0: every
-# block multiplies the scale by thousands, and the last one overflows. At init
-# `deep_explosion` is perfectly tame (every block below 1); it explodes *over
-# time*, and the recorder on the checkpoint just before its failure shows
-# blocks that have grown by many powers of ten.
+# Two explosions: `bad_init` explodes *along the depth* at step 0 until the last
+# block overflows; `deep_explosion`, tame at init, explodes *over time*.
 #
-# That is what "record activations with hooks for the post-mortem" (claim M8)
-# buys you. The trainer already keeps one cheap number per leaf module every
-# `record_every` steps (`act_absmax` in `run.record.layers`); around a failure you
-# want more: load the last checkpoint before it, put hooks on, replay the bad
-# batch, and save what they saw (the abs-max, a histogram, or the whole tensor
-# with `torch.save`). `locate` does exactly this, with hooks on every module
-# and op.
+# That is claim M8's post-mortem. The trainer keeps a cheap `act_absmax` per leaf
+# module every `record_every` steps (`run.record.layers`); for more, replay the bad
+# batch from the last checkpoint with hooks on and save the abs-max, a histogram or
+# the tensor (`torch.save`), as `locate` does on every module and op.
 #
 # ## 3. The cure, proven with the same seed
-# The SOP's last step (init and eps) names two fixes for this family:
-# `modern_block` (LayerNorm and residual connections, GELU) and `sane_init`
-# (GPT-2's normal(0, 0.02), zero biases, and the same pre-LN residual blocks).
-# On `deep_explosion` the init is already 0.02, so both make the same change:
+# The SOP's last step (init and eps) names two fixes: `modern_block` (LayerNorm,
+# residual connections, GELU) and `sane_init` (GPT-2's normal(0, 0.02), zero
+# biases, the same pre-LN residual blocks). With the init already 0.02 they should
+# coincide:
 
 # %% tags=["nbval-check-output"]
 config = deep.trainer.config
@@ -486,8 +444,8 @@ print("what changes:", {k: (getattr(config.model, k),
                         for k in ("use_norms", "residual", "activation")})
 
 # %% [markdown]
-# Same seed, same data, same LR 0.02, same 6 blocks; only the LayerNorms are
-# back. We run 80 steps, past the step where the fault first went non-finite.
+# Same seed, data, LR 0.02 and 6 blocks, LayerNorms back; 80 steps, past the
+# fault's first non-finite step.
 
 # %%
 fixed = run_fault("deep_explosion", fixes=["modern_block"], steps=80, decay_steps=200)
@@ -513,15 +471,12 @@ print("fixed: loss at step 79 below a millionth of the fault's:",
       bool(fixed_losses[79] < 1e-6 * deep_losses[79]))
 
 # %% [markdown]
-# Cured: no inf, grad norms flat, and the loss falls. It is not *equal* to the
-# clean run at the same step, and it should not be: this is a 6-block model at
-# 4x the clean run's learning rate, a different model on a hotter schedule. It is
-# behind the clean run at step 79, within 3x of it (the fault × fix matrix calls
-# a run cured within 3x + 0.25 of the clean loss). The honest proof says both.
+# Behind the clean run, as it should be: 6 blocks at 4x the LR is a different model
+# on a hotter schedule (the fault × fix matrix calls a run cured within 3x + 0.25 of
+# the clean loss). An honest proof reports both the cure and the gap.
 #
-# For `bad_init` the cure is `sane_init`: GPT-2's init plus the same pre-LN blocks.
-# Its learning rate is the clean run's, so here the same-step comparison is tight
-# (30 steps):
+# `sane_init` cures `bad_init` at the clean LR, so this same-step comparison is
+# tight (30 steps):
 
 # %%
 sane = run_fault("bad_init", fixes=["sane_init"], steps=30, decay_steps=200)
@@ -536,8 +491,8 @@ print("loss at step 29 within 20 % of the clean run at step 29:",
       abs(sane_losses[29] - clean_losses[29]) < 0.2 * clean_losses[29])
 
 # %% [markdown]
-# ## 4. Xavier, He or a small normal? (初始化方案, claim M7)
-# The toy model has three init schemes (`GPTConfig.init`):
+# ## 4. Xavier, He or a small normal? (初始化方案)
+# The toy model's three init schemes (`GPTConfig.init`):
 #
 # | scheme | std of a 64 → 64 weight | designed for |
 # |---|---|---|
@@ -545,11 +500,9 @@ print("loss at step 29 within 20 % of the clean run at step 29:",
 # | `xavier` (Glorot, normal) | √(2 / (fan_in + fan_out)) = 0.125 | tanh / sigmoid stacks |
 # | `kaiming` (He, ReLU gain) | √(2 / fan_in) = 0.177 | plain ReLU stacks |
 #
-# Xavier and He pick the std that keeps the variance of a *plain* layer's output
-# about equal to its input's. A residual block does not replace its input; it
-# *adds* to it, so those derivations do not carry over directly. Measure instead:
-# the loss and the global grad norm at step 0, for each scheme, in the clean
-# 2-block pre-LN model and in the 6-block stack without LayerNorm.
+# Xavier and He keep a *plain* layer's output variance near its input's; a residual
+# block *adds* to its input, so the derivation does not carry over. Measure each
+# scheme's step-0 loss and grad norm, with and without LayerNorm:
 
 # %%
 STACKS = {"2 blocks, pre-LN": {},
@@ -582,15 +535,10 @@ print("no LayerNorm, normal(0.02): grad norm at step 0 below 0.1:",
 print("with LayerNorm: every scheme's loss at step 0 below 5:", max(ln_loss) < 5)
 
 # %% [markdown]
-# Without LayerNorm the scheme decides whether the model is usable at all. He's
-# larger std, compounded through 6 blocks that add to the stream, gives a loss
-# of about ten thousand before a single update (ln 32 ≈ 3.5 is where a sane model
-# starts). GPT-2's 0.02 goes the other way: the blocks barely contribute, and the
-# gradient at step 0 is tiny. With LayerNorm, all three start within about 1 of
-# ln 32.
-#
-# Does the scheme matter once LayerNorm is there? A short run (40 steps) of each
-# in the clean model (the normal init *is* the clean run):
+# Without LayerNorm the scheme decides usability. He's larger std compounds over 6
+# blocks that add to the stream (a sane start is ln 32 ≈ 3.5); with 0.02 the blocks
+# barely contribute, so the step-0 gradient is tiny. Does the scheme matter with
+# LayerNorm? 40 steps each (normal *is* the clean run):
 
 # %%
 init_runs = {"normal": clean.record}
@@ -608,24 +556,20 @@ print("with LayerNorm, no scheme made a non-finite value:",
 print("with LayerNorm, every scheme below 2.5 at step 39:", max(at39.values()) < 2.5)
 
 # %% [markdown]
-# With LayerNorm every scheme trains; in this short run (numbers above) Xavier
-# happened to be fastest and He slowest: differences of speed, not of stability. The lesson
-# for the interview: **init and normalisation go together.** "Use Xavier / He"
-# is advice for plain stacks; Transformers use a small normal init *because*
-# LayerNorm rescales each block's input, and GPT-2 additionally shrinks the init
-# of the projections that write into the residual stream by 1/√(number of
-# residual layers), so that the stream does not grow with depth. Without the
-# norms, no scheme is safe for long: the 0.02 init is exactly the one that
+# Differences of speed, not stability. **Init and normalisation go together.**
+# "Use Xavier / He" suits plain stacks; Transformers use a small normal init
+# *because* LayerNorm rescales each block's input, and GPT-2 shrinks the init of
+# projections into the residual stream by 1/√(number of residual layers) so the
+# stream does not grow with depth. Without norms no init is safe for long: 0.02
 # exploded in section 1 at LR 0.02.
 #
 # ## 5. Two myths: a dead ReLU and a sigmoid chain (激活函数)
-# Two classics of the "why did my network not train" lore are often listed among
-# the causes of NaN. Both are real problems; neither makes a NaN. Run them.
+# Two real problems of "why did my network not train", often listed as causes of
+# NaN. Are they?
 #
 # ### 5a. Dead ReLU (`dead_relu`)
-# Every MLP's first layer gets a bias of −10, so every ReLU input is negative
-# and every ReLU outputs 0; the blocks have no residual connection, so nothing
-# goes around them.
+# A bias of −10 on each MLP's first layer makes every ReLU input negative and every
+# output 0; no residual connection goes around.
 
 # %%
 dead = run_fault("dead_relu", steps=30, decay_steps=200)
@@ -643,17 +587,15 @@ print("every layer below the last ReLU has a gradient of exactly 0 at every reco
       bool((dgrid[:len(below)] == 0).all()))
 
 # %% [markdown]
-# The grey cells are exact zeros: ReLU's slope is 0 for a negative input, so no
-# gradient passes it, and every layer before it gets nothing. Only the layers
-# after the last ReLU get a gradient, and no information about the input reaches
-# them: the loss stays at ln 32, a uniform guess. Zero gradients make zero
-# updates: nothing overflows and nothing divides by zero. The run is stuck,
-# finite, forever: a monitor that only watches for NaN never fires.
+# Grey cells are exact zeros: ReLU's slope is 0 for negative input, so no gradient
+# reaches the layers before it, and those after it learn nothing about the input:
+# the loss sits at ln 32, a uniform guess. Zero gradients, zero updates: nothing
+# overflows or divides by zero. Stuck and finite forever, unseen by a NaN monitor.
 #
 # ### 5b. A deep sigmoid chain (`sigmoid_chain`)
-# Eight blocks with sigmoid activations, no residual connections, no LayerNorm,
-# Xavier init. Sigmoid's slope is at most 1/4, and backpropagation multiplies the
-# slopes along the chain. We run 20 steps.
+# Eight sigmoid blocks, no residual connections or LayerNorm, Xavier init, 20
+# steps. Sigmoid's slope is at most 1/4; backpropagation multiplies slopes along the
+# chain.
 
 # %%
 sig = run_fault("sigmoid_chain", steps=20, decay_steps=200)
@@ -680,37 +622,26 @@ print("every activation below 1000 (nothing near an overflow):",
       bool(np.nanmax(sact) < 1000))
 
 # %% [markdown]
-# The heat map darkens from the output down to the input: each block shrinks the
-# gradient by roughly ten, and the first block's gradient is millions of times
-# smaller than the last's. That is **vanishing** (梯度消失), the opposite of
-# explosion: the numbers get *small*, the largest activation stays small (printed
-# above), and nothing comes near a float's maximum.
+# The map darkens towards the input, about tenfold per block. That is
+# **vanishing** (梯度消失): numbers, activations included, get *small*, far from a
+# float's maximum.
 #
-# | myth | what really happens | what shows it |
-# |---|---|---|
-# | "a dead ReLU causes NaN" | exact-zero gradients, a finite, stalled loss | grey (0) cells |
-# | "sigmoid chains overflow" | gradients vanish towards the input | decades lost per layer |
+# Both stall without a NaN: suspects for a finite run stuck at ln(vocab), not for
+# a NaN. The modern block cures both: residual
+# connections (a path around the activation), LayerNorm, and GELU instead of a
+# saturating or hard-zero nonlinearity.
 #
-# Both stall; neither is a NaN. If your run *is* NaN, look elsewhere; if it is
-# finite and stuck at ln(vocab), these belong on the list. The cure for both is
-# the modern block: residual connections (a path around the activation), LayerNorm,
-# and GELU instead of a saturating or hard-zero nonlinearity.
+# Only **dead or saturating** activations were tested, so do not conclude that
+# activation choice never causes NaN. **Unbounded or multiplicative** ones can
+# amplify an outlier (squared ReLU squares its input; SwiGLU multiplies two linear
+# branches): Fishman et al. 2024 ("Scaling FP8 training to trillion-token LLMs",
+# arXiv 2409.12517) traced the divergence of FP8 runs of a 7B model, only after
+# about 200B tokens, to SwiGLU outlier amplification, fixed by a rescaled
+# Smooth-SwiGLU. That needs a long run and low precision; this toy has neither.
 #
-# What this section showed, and what it did not. It showed that **dead or
-# saturating** activations (ReLU stuck at 0, a sigmoid chain) stall and do not
-# overflow. It did not test **unbounded or multiplicative** ones, and "activation
-# choice never causes NaN" would be the wrong conclusion: squared ReLU grows with
-# the square of its input, and SwiGLU multiplies two linear branches, so an outlier
-# input can come out much larger. Fishman et al. 2024 ("Scaling FP8 training to
-# trillion-token LLMs", arXiv 2409.12517) traced the divergence of FP8 runs of a
-# 7B model, appearing only after about 200B tokens, to outlier amplification by
-# SwiGLU, and fixed it with a rescaled Smooth-SwiGLU. That failure needs a long run
-# and a low-precision format; this toy has neither.
-#
-# ## 6. Optimizers and pretrained weights (claim M11)
+# ## 6. Optimizers and pretrained weights
 # ### 6a. AdamW vs SGD on the deep stack
-# The same 6 blocks without LayerNorm, the same LR 0.02, SGD with momentum 0.9
-# instead of AdamW, 40 steps.
+# The same 6 blocks without LayerNorm at LR 0.02, with SGD (momentum 0.9), 40 steps.
 
 # %%
 sgd_deep = run_fault("deep_explosion", optimizer="sgd", steps=40, decay_steps=200,
@@ -730,19 +661,17 @@ print("AdamW: grad norm at step 39 more than 1000x SGD's:",
       bool(adam_norm[39] > 1000 * sgd_norm[39]))
 
 # %% [markdown]
-# SGD is "more stable" here only in the sense that it does nothing. Its update is
-# `lr × gradient`, and the gradients at this init are tiny (section 4), so the
-# weights hardly move. AdamW divides by the gradient's own running size, so every
-# weight moves by up to about the learning rate (with β2 = 0.95) whatever the
-# gradient: it escapes the tiny-gradient start, and without LayerNorm the same
-# property drives the explosion. Neither optimizer fixes the architecture.
+# SGD is "more stable" only by doing nothing: its update, `lr × gradient`, is tiny
+# at this init (section 4). AdamW divides by the gradient's running size, moving
+# each weight up to about the LR (β2 = 0.95) whatever the gradient: it escapes the
+# tiny-gradient start and, without LayerNorm, explodes. Neither fixes the
+# architecture.
 #
 # ### 6b. AdamW vs SGD vs NAdam on the clean model
-# `TrainConfig.optimizer` offers `adamw` and `sgd`. NAdam (Adam with Nesterov
-# momentum) is not one of them, but the `Trainer` accepts any
-# `torch.optim.Optimizer`: build the model with the same seed, hand both to it.
-# SGD gets LR 0.05, ten times AdamW's (plain SGD needs a larger LR to move at all);
-# NAdam gets AdamW's 5e-3. 40 steps each.
+# NAdam (Adam with Nesterov momentum) is no `TrainConfig.optimizer` choice, but the
+# `Trainer` accepts any `torch.optim.Optimizer` with a model built from the same
+# seed. 40 steps each: SGD at LR 0.05 (ten times AdamW's; plain SGD needs it to
+# move at all), NAdam at 5e-3.
 
 # %%
 sgd_clean = run_fault(None, optimizer="sgd", lr=0.05, steps=40, decay_steps=200,
@@ -767,18 +696,14 @@ print("AdamW lowest at step 39:",
       min(opt_losses, key=lambda k: opt_losses[k][39]) == "AdamW, LR 5e-3")
 
 # %% [markdown]
-# On this task and this budget AdamW learns fastest; NAdam and SGD trail, and
-# none of them is NaN. The honest summary of claim M11 for optimizers: the choice
-# changes the *speed* and the *kind* of failure (SGD's step grows with the
-# gradient, so a gradient spike becomes a weight spike unless you clip; Adam's
-# step does not, but its first steps are full-size, hence warmup, Lab 03); it is
-# not a stability switch. A
-# different task or LR could order them differently.
+# Another task or LR could reorder these. For claim M11 the optimizer changes the
+# *speed* and *kind* of failure, not stability: SGD's step grows with the gradient
+# (a gradient spike becomes a weight spike unless clipped); Adam's first steps are
+# full-size, hence warmup (Lab 03).
 #
 # ### 6c. Is a pretrained start more stable than a random one?
-# Take the clean run's weights at step 80 as the "pretrained" model, and train
-# on new batches (seed 1) at LR 0.01, twice the baseline, constant, with no
-# warmup and a fresh AdamW, as a careless fine-tune would. Against the same
+# A careless fine-tune of the clean run's step-80 weights (new batches, seed 1;
+# constant LR 0.01, twice the baseline; no warmup; fresh AdamW), against the same
 # recipe from a random init:
 
 # %%
@@ -804,19 +729,13 @@ print("pretrained: peak loss above random init's peak:", bool(t_l.max() > s_l.ma
 print("pretrained: still lower than random init at step 39:", bool(t_l[39] < s_l[39]))
 
 # %% [markdown]
-# Pretrained weights are a head start, not a shield. With a fresh AdamW and no
-# warmup, the first updates move every weight by about the learning rate (Lab 03,
-# section 3), and that threw the pretrained model further off than the random one
-# ever went: its loss rose to many times its start (numbers above). It kept part
-# of its head start and ended below the random run, but it was not more *stable*.
-# What the toy can and cannot show:
-#
-# - **can**: a good starting point shortens training; the same careless LR or
-#   missing warmup hurts a pretrained model too, so fine-tunes use a smaller LR
-#   and warmup (and ideally the optimizer state, when one exists);
-# - **cannot**: whatever makes large pretrained models well-conditioned at scale
-#   (weight and activation scales tuned over billions of tokens); an 80-step toy
-#   has no such property to show.
+# A head start, not a shield. A fresh AdamW without warmup moves every weight by
+# about the LR at first (Lab 03, section 3), throwing the pretrained model further
+# off than the random one ever went. The toy **can** show that a good start
+# shortens training and that a careless LR or missing warmup hurts it too
+# (fine-tunes use a smaller LR, warmup, and the optimizer state when one exists); it
+# **cannot** show what makes large models well-conditioned at scale (weight and
+# activation scales tuned over billions of tokens).
 #
 # ## 7. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
@@ -935,33 +854,12 @@ MultipleChoice(
 
 # %% [markdown]
 # ## Summary
-# - **Gradient explosion has a history** (C1): in a deep stack without LayerNorm,
-#   every layer's grad norm climbed by more than 8 powers of ten over tens of
-#   steps. The first non-finite numbers were **inf**: the global grad norm (its
-#   sum of squares passed 3.4e38, every gradient still finite) and AdamW's `v`,
-#   which silently froze many weights; the loss went NaN tens of steps later.
-#   Log per-layer grad norms and alert on the climb.
-# - **A bad init can be NaN at step 0**: std 1.0 multiplies the scale by thousands
-#   per block; `locate` found the first inf in an attention score, then
-#   `inf − inf = NaN` in the softmax.
-# - **Forward hooks** record activations for the post-mortem (M8): load the last
-#   checkpoint before the failure, hook every block, replay the bad batch.
-# - **The cure** is the modern block: LayerNorm + residual connections (and
-#   GPT-2's small init). Proven with the same seed: finite, flat grad norms, and
-#   the loss at the same step compared with the clean run, honestly (the deeper,
-#   hotter model is behind it, within 3x).
-# - **Init schemes** (M7): without LayerNorm, He gave a loss of ~1e4 at step 0 and
-#   0.02 a tiny gradient; with LayerNorm all three trained. Init and normalisation
-#   go together.
-# - **Myths** (C4): a dead ReLU gives exact-zero gradients and a stalled, finite
-#   loss; a deep sigmoid chain's gradients vanish towards the input, with small
-#   activations. Neither is a NaN. Not tested here: unbounded or multiplicative
-#   activations (SwiGLU, squared ReLU) can amplify outliers; an FP8 divergence has
-#   been traced to SwiGLU (Fishman et al. 2024).
-# - **Optimizers and pretrained weights** (M11): SGD did not explode the deep
-#   stack because it barely moved it; AdamW learned fastest on the clean model;
-#   a pretrained start ended better but was thrown further off by a careless
-#   fine-tune than the random start. Neither is a stability switch.
+# - Gradient explosion has a history (C1): alert on per-layer grad norms; the first
+#   inf comes long before the NaN loss.
+# - Hooks record activations for the post-mortem (M8).
+# - Init and normalisation go together (M7).
+# - Dead ReLUs and sigmoid chains stall without NaN (C4); neither an optimizer nor a
+#   pretrained start is a stability switch (M11).
 #
 # Your progress:
 

@@ -395,6 +395,15 @@ check("stable_softmax", lambda: stable_softmax(LOGITS), test=softmax_test,
 # in fp32 (PyTorch documentation, "Automatic Mixed Precision package - torch.amp",
 # CUDA ops that can autocast to float32) and would not overflow here; CPU autocast
 # runs them in fp16. The numbers below are from the CPU.
+#
+# PyTorch's own attention could not fail this way.
+# `F.scaled_dot_product_attention` picks a FlashAttention-2, a memory-efficient or
+# a C++ math kernel (its PyTorch documentation). The math kernel uses PyTorch's
+# softmax, which subtracts the row maximum; the fused kernels never write the score
+# matrix out at all and normalise the softmax block by block with a running maximum
+# (FlashAttention, Dao et al. 2022, section 3.1). That is why the toy writes its
+# attention out by hand: a model on SDPA meets this failure only where its own code
+# computes a softmax.
 
 # %%
 def watch_scores(store):

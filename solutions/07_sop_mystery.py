@@ -81,7 +81,7 @@ fig = plot_loss(record, title="The incident: a loss that goes non-finite")
 
 
 # %% [markdown]
-# ### 1a. Read the manifest first (claim M12)
+# ### 1a. Read the manifest first
 # Before touching anything, read what the run *was*. Every nanlab run keeps a
 # **manifest**: the full config, the seed, the fault (if one was injected on
 # purpose), the library versions, the code commit and the device. Without it you
@@ -188,9 +188,13 @@ print("loss at the step before it below 1.0:", record.steps[bad - 1]["loss"] < 1
 # PyTorch does not promise identical results between CPU and GPU runs, even with
 # identical seeds (PyTorch documentation, "Reproducibility"); fp16 kernels and the
 # order of float sums differ. The checks below assert a range of steps, and
-# `bench/gpu_check.py` prints the step a GPU gives.)
+# `bench/gpu_check.py` prints the step a GPU gives. On one GPU, a rerun is
+# bit-identical only with `torch.use_deterministic_algorithms(True)` and, for cuBLAS,
+# `CUBLAS_WORKSPACE_CONFIG=:4096:8` set before CUDA starts (PyTorch documentation,
+# "Reproducibility"); locate's exact replay needs that, and `bench/gpu_check.py` sets
+# both.)
 #
-# ### 1c. Replay that step exactly (claims M4, B1)
+# ### 1c. Replay that step exactly
 # *Which* value went non-finite first, and where? `locate` loads the nearest
 # checkpoint **at or before** the bad step, re-runs the steps in between exactly
 # as they ran (same batches, schedule, loss scale, RNG; each compared with the
@@ -468,7 +472,7 @@ for name, r in proof.items():
 # *any* precision, only later in fp32: at 88.7 instead of 11.1); bf16 removes the
 # fp16 range problem for every op at once, which is why large runs moved to it.
 #
-# ## 2. The same with `diagnose` (claim V3)
+# ## 2. The same with `diagnose`
 # `nanlab.debug.diagnose.diagnose` is this section, automated: the same five steps in
 # the same order, each a replay that stops as soon as its verdict is clear, the
 # first healthy replay names the cause, and then the matching fix is run once more

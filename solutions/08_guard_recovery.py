@@ -539,7 +539,7 @@ check("rollback_target",
       ])
 
 # %% [markdown]
-# ## 6. Same seed, same numbers (claim V1)
+# ## 6. Same seed, same numbers
 # A recovery you cannot reproduce proves nothing. Run the recovery again from
 # scratch, same seed, same faults, and compare every row, the abandoned branches
 # included:
@@ -567,7 +567,7 @@ print("the same final weights:", all(torch.equal(p, q) for p, q in zip(
 # (On a GPU, some kernels are not deterministic by default; set
 # `torch.use_deterministic_algorithms(True)` when you need this there.)
 #
-# ## 7. Loss below 0.1 within 30 steps of a restart? (claim V4)
+# ## 7. Loss below 0.1 within 30 steps of a restart?
 # The article gives a rule of thumb for checking a recovery: after the restart, the
 # loss should be below 0.1 within 30 steps. Measure it. First on the two restarts of
 # section 5 (at steps 30 and 50):
@@ -760,7 +760,7 @@ print("unguarded NaN run:", detect(losses))
 # rolling back can do more harm than good; keep the detector for alerting and for
 # spikes that do not come back down.
 #
-# ## 9. How the big systems do it (claim M13)
+# ## 9. How the big systems do it
 # The article says Megatron-LM and DeepSpeed "detect overflow and recover
 # automatically". What each really does, from their public code and reports:
 

@@ -470,7 +470,7 @@ print("largest weight difference is 0.0:", replica_gap([a0["params"], a1["params
 # two numbers per step, next to the all-reduce of every gradient of the model that
 # DDP already does every step.
 #
-# ## 4. How Megatron-LM and DeepSpeed do it (claim M13)
+# ## 4. How Megatron-LM and DeepSpeed do it
 # Both detect a bad step in the optimizer, after the gradients are reduced, and
 # both make the decision global the same way: **a found-inf (overflow) flag,
 # all-reduced with MAX, before the optimizer step**.

@@ -5,9 +5,13 @@ import importlib.util
 import warnings
 
 import pytest
-from foreign_scenarios import SCENARIOS
+import torch
+from foreign_scenarios import SCENARIOS, base
 
+from nanlab import faults
 from nanlab.debug import diagnose
+from nanlab.errors import NanlabError
+from nanlab.train import Trainer
 
 
 def test_the_suite_covers_what_any_model_means():
@@ -31,3 +35,34 @@ def test_diagnose_names_the_cause_and_proves_the_fix(scenario):
             pass
         d = diagnose(trainer, build=scenario.build)
     assert (d.cause, d.fix, d.fix_verified) == (scenario.family, scenario.fix, True), d.report()
+
+
+# -- bad arguments: one clear line each, naming what was wrong --------------------------
+def _mlp_trainer(config):
+    from foreign_scenarios import mlp, mse, sensor_batch
+
+    torch.manual_seed(config.seed)
+    return Trainer(config, model=mlp(), batches=sensor_batch, loss_fn=mse)
+
+
+def test_nan_input_on_integer_ids_says_which_input_it_needs():
+    injection = faults.inject("nan_input", at_step=0, inputs="input_ids",
+                              batches=lambda s: {"input_ids": torch.zeros(2, 3).long()})
+    with pytest.raises(NanlabError, match=r"inputs='input_ids' is a torch.int64 tensor"):
+        injection.batches(0)
+
+
+def test_a_build_that_returns_no_trainer_is_named():
+    trainer = _mlp_trainer(base(steps=20))
+    trainer.run()
+    with pytest.raises(NanlabError, match="must return a nanlab Trainer; got Linear"):
+        diagnose(trainer, build=lambda config: torch.nn.Linear(2, 2))
+
+
+def test_locate_without_checkpoints_says_how_to_get_them():
+    from nanlab.debug import locate
+
+    trainer = _mlp_trainer(base(steps=20, checkpoint_every=0))
+    trainer.run()
+    with pytest.raises(NanlabError, match="checkpoint_every > 0"):
+        locate(trainer, step=10)

@@ -374,6 +374,9 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
         order = {True: "yes", False: "no", None: "together"}[loc.inf_before_nan]
         findings.append(Finding("data", "hint", f"{where}, {loc.tensor}: {counts}; "
                                                 f"inf before NaN: {order}"))
+    elif symptom in ("nonfinite", "error") and not run.trainer.checkpoints.steps():
+        findings.append(Finding("data", "hint", "locate skipped: the run kept no checkpoint "
+                                "to replay from (train with checkpoint_every > 0, e.g. 10)"))
 
     # 1. data
     f = _check_data(run, step)

@@ -26,7 +26,13 @@ def _find(batch: Any, key: str | int | None, want_float: bool):
     default the first float tensor (inputs) or the last integer tensor (labels) of the
     batch's own items, else of the tensors nested deeper (nanlab.batches walks them)."""
     if key is not None:
-        return (key,), tensor_at(batch, (key,))
+        tensor = tensor_at(batch, (key,))
+        if want_float and not tensor.is_floating_point():
+            raise NanlabError(f"this fault writes a non-finite value into a floating-point "
+                              f"input; inputs={key!r} is a {tensor.dtype} tensor (integer "
+                              "ids cannot hold NaN): name a float tensor, such as the "
+                              "features or inputs_embeds")
+        return (key,), tensor
     every = list(tensor_paths(batch))
     for pool in ([(p, t) for p, t in every if len(p) <= 1], every):
         floats = [(p, t) for p, t in pool if t.is_floating_point()]

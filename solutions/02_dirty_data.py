@@ -22,25 +22,13 @@
 # %% [markdown]
 # # Lab 02 · Dirty data (脏数据): one bad batch, NaN forever
 #
-# The cheapest cause of a NaN loss to check, and one of the commonest: the data.
-# An upstream job writes an empty cell that parses as NaN, a sensor gets stuck, a
-# label comes from the wrong vocabulary. In this lab:
+# The data is the cheapest cause of a NaN loss to check, and one of the commonest: an
+# empty cell parsed as NaN, a stuck sensor, a label from the wrong vocabulary. You
+# will watch one NaN reading silently wreck a run, trace it (SOP step 1, data), meet
+# three more kinds of dirty data, write the validation that cures them, and prove the
+# cure with the same seed.
 #
-# 1. **the failure**: one NaN reading in one batch; watch training carry on, silently,
-#    on garbage;
-# 2. **the investigation** (SOP step 1, data): the record, the plots, the batch of
-#    the bad step, and `locate`, which replays that step and names the first tensor
-#    that went non-finite;
-# 3. **the other kinds of dirty data**: a constant column standardised by a std of 0,
-#    a batch with every target masked, an illegal label (and why that one is loud in
-#    PyTorch, not the silent NaN the interview lore promises);
-# 4. **the fix**: you write the batch validation and a safe standardisation;
-# 5. **the proof**: the same seed, a normal curve, the same loss as the clean run;
-#    and the wrong fixes, measured, failing;
-# 6. **interview practice**, and how an instructor puts this fault into any model.
-#
-# CPU is enough; about 45 minutes. Do Lab 00 first: it shows what a healthy run
-# looks like.
+# CPU is enough; about 45 minutes. Do Lab 00 first: it shows a healthy run.
 
 # %% [markdown]
 # ## Setup
@@ -66,12 +54,10 @@ VOCAB = 32  # the counting task's number of tokens: legal labels are 0..31
 
 # %% [markdown]
 # ## 1. The failure
-# We train the clean baseline of Lab 00 (200 steps, seed 0), except that the batch
-# of step 40 carries **one** NaN in its float feature: one reading, in one example,
-# out of 1,024. That is `faults.run_fault("nan_input")`. Nothing writes a NaN into
-# the loss or the weights on purpose; the arithmetic does the rest.
-#
-# A small callback counts, after every step, how many parameters are still finite.
+# Lab 00's clean baseline (200 steps, seed 0), except that the batch of step 40
+# carries **one** NaN in its float feature: one reading, in one example, out of 1,024
+# (`faults.run_fault("nan_input")`). A callback counts the finite parameters after
+# every step.
 
 # %%
 finite_after = {}  # step -> number of finite parameter values after that step
@@ -86,7 +72,7 @@ bad = run_fault("nan_input", progress=True, callbacks=[("on_step_end", count_fin
 rec = bad.record
 
 # %% [markdown]
-# Did anything complain? Look at what the run reports about itself.
+# Did anything complain? The run's own report:
 
 # %% tags=["nbval-check-output"]
 losses = rec.losses()
@@ -99,11 +85,8 @@ print("every step from 40 on is non-finite:", bool(nonfinite[40:].all()))
 
 # %% [markdown]
 # **No exception, no warning, 160 steps of training on NaN** (claim B3). An
-# out-of-memory error stops a run at once and says why; a NaN lets it run to the
-# end, burning compute, and looks like a run that "finished". Only a check you
-# write catches it.
-#
-# And it is not only the loss. Count the finite parameters around step 40:
+# out-of-memory error stops a run and says why; a NaN lets it run to the end, burning
+# compute. Only a check you write catches it. Is the loss all it broke?
 
 # %% tags=["nbval-check-output"]
 total = sum(p.numel() for p in bad.trainer.model.parameters())
@@ -111,14 +94,13 @@ for step in range(38, 43):
     print(f"after step {step}: {finite_after[step]:>7,} of {total:,} parameters finite")
 
 # %% [markdown]
-# One optimizer step with NaN gradients writes NaN into **every** weight (claim B2).
-# From step 41 on, even perfectly clean batches give a NaN loss: the model is gone,
-# and no amount of further training brings it back. After a NaN you restore the
-# last good checkpoint (回滚 roll back); you never "train through" it.
+# One optimizer step with NaN gradients writes NaN into **every** weight (claim B2),
+# so from step 41 even clean batches give a NaN loss. After a NaN you restore the last
+# good checkpoint (回滚 roll back); you never "train through" it.
 #
 # ## 2. The investigation: SOP step 1, the data
-# **The record.** The rows around the first bad step. Is there a warning sign
-# before it, such as a loss or a gradient norm climbing?
+# **The record.** Any warning sign before the first bad step, such as a climbing loss
+# or gradient norm?
 
 # %%
 for r in rec.steps[36:43]:
@@ -131,29 +113,26 @@ print("grad norm, steps 30-39: finite and within 10x of each other:",
       bool(np.isfinite(norms).all() and norms.max() < 10 * norms.min()))
 
 # %% [markdown]
-# Nothing grows before step 40: the loss falls normally, the gradient norm stays in
-# its usual range, then one step is NaN. That shape, **healthy until one step, then
-# broken at once**, is the signature of dirty data. An exploding gradient or a
-# learning rate that is too high looks different: it climbs for a while first.
+# **Healthy until one step, then broken at once** is the signature of dirty data; an
+# exploding gradient or a too-high learning rate climbs for a while first.
 #
-# **The plot.** The loss curve marks the first NaN with a red line and every NaN
-# step with a cross along the top (a NaN cannot be drawn as a point).
+# **The plot.** Crosses along the top mark NaN steps (a NaN cannot be drawn as a
+# point); a red line marks the first.
 
 # %%
 fig = plot_loss(rec, title="nan_input: one NaN reading in the batch of step 40")
 
 # %% [markdown]
-# The gradient-norm heat map says the same from the inside: ordinary colours for
-# every layer, then at step 40 every layer turns red (NaN) in the same column. No
-# layer brightens first. Compare it with Lab 00's healthy map.
+# The gradient-norm heat map shows the inside (NaN is drawn red). Does any layer
+# brighten before step 40? Compare with Lab 00's healthy map.
 
 # %%
 fig = plot_grad_heatmap(rec)
 
 # %% [markdown]
 # **The batch.** Batches are a pure function of `(seed, step)`, so the batch of step
-# 40 can be rebuilt exactly, today or a week later. `batch_problems` is nanlab's
-# batch checker (you will write your own in section 4).
+# 40 can be rebuilt exactly. `batch_problems` is nanlab's batch checker (you write
+# your own in section 4).
 
 # %% tags=["nbval-check-output"]
 batch40 = bad.trainer.batches(40)  # rebuilt exactly as the run saw it
@@ -163,13 +142,10 @@ where = torch.isnan(batch40.features).nonzero().tolist()
 print("NaN at (example, position, feature):", where)
 
 # %% [markdown]
-# **`locate`.** A NaN in the batch is a strong lead, but is it really the *first*
-# non-finite value of that step? `locate` answers that. It loads the nearest
-# checkpoint before the bad step (here the one of step 0), re-runs the steps in
-# between, checks that each one matches the record bit for bit (claim M4), then
-# runs the bad step with a hook on every module, forward and backward, and on the
-# optimizer. It reports the first non-finite tensor, where it was made, and whether
-# an `inf` came before the first `NaN`.
+# **`locate`.** Is that NaN really the step's *first* non-finite value? `locate` loads
+# the nearest checkpoint before the bad step (here step 0's), replays the steps in
+# between, checking each against the record bit for bit (claim M4), then runs the bad
+# step with hooks on every module, forward and backward, and on the optimizer.
 
 # %%
 from nanlab.debug import locate
@@ -184,30 +160,27 @@ print("the batch itself holds non-finite values:", loc.data_nonfinite)
 print("replay matched the record:", loc.reproduced)
 
 # %% [markdown]
-# How to read it. The first non-finite tensor is `features`, in the **data**, before
-# the model ran a single op. The events after it show the spread: the feature
-# projection turns 1 bad number into 64 (one position, 64 channels); the first
-# LayerNorm keeps it to that position; attention then mixes it into every later
-# position of that example, and the mean over the batch makes the loss NaN.
+# The first non-finite tensor is `features`, in the **data**. Then it spreads: the
+# feature projection turns 1 bad number into 64 (one position, 64 channels), the first
+# LayerNorm keeps it to that position, attention mixes it into every later position of
+# that example, and the batch mean makes the loss NaN.
 #
-# Note `inf before nan: no`. "inf usually comes first, then NaN" (claim B1) is true
-# for overflow, where a value grows past the format's maximum. A NaN that *arrives*
-# in the data never passed through inf. Which of the two came first is itself a clue.
+# Note `inf before nan: no`. "inf usually comes first, then NaN" (claim B1) holds for
+# overflow past the format's maximum; a NaN that *arrives* in the data never passed
+# through inf. Which came first is a clue.
 #
-# The fault's own card says the same. (In a mystery run you would not have it: the
-# evidence above is how you would find out.)
+# The fault's own card agrees (a mystery run would not give you one):
 
 # %%
 print(faults.FAULTS["nan_input"].describe())
 
 # %% [markdown]
 # ## 3. The other kinds of dirty data
-# Three more ways a batch can be dirty (claim C3). Each strikes the batch of step
-# 40; short runs of 60 steps are enough to see the symptom.
+# Three more dirty batches (claim C3), each at step 40, in 60-step runs.
 #
 # ### 3a. A constant column: standardising (标准化) by a std of 0
-# A sensor gets stuck and reports 7.0 for every token of the batch. Every raw value
-# is an ordinary finite number. Watch what the standardisation does with them.
+# A stuck sensor reports 7.0 for every token of the batch: ordinary finite numbers.
+# What does the standardisation make of them?
 
 # %% tags=["nbval-check-output"]
 raw = CountingTask(seed=0).raw(40).raw_features.clone()
@@ -218,8 +191,8 @@ z = standardize(raw)  # (x - mean) / std = 0 / 0
 print("after standardising, NaN values:", int(torch.isnan(z).sum()), "of", z.numel())
 
 # %% [markdown]
-# The data was clean; the pipeline made the NaN: `(7 - 7) / 0 = 0 / 0`. Here a
-# whole column is NaN, not one cell. The run with this fault, and `locate` on it:
+# Clean data; the pipeline made the NaN: `(7 - 7) / 0 = 0 / 0`. The run with this
+# fault, and `locate` on it:
 
 # %% tags=["nbval-check-output"]
 zero_std = run_fault("zero_std", steps=60)
@@ -229,13 +202,12 @@ print("first non-finite value in:", zloc.pass_name, "/", zloc.tensor)
 print("made by op:", zloc.first_op.op)
 
 # %% [markdown]
-# `aten.div` in the data pass: the division of the standardisation, caught in the
-# act. This is why the NaN check has to run *after* preprocessing, on what the model
-# will actually see, and not only on the raw files.
+# `aten.div` in the data pass: the standardisation's division. So check for NaN
+# *after* preprocessing, on what the model sees, not only in the raw files.
 #
 # ### 3b. Every target masked: a mean over nothing
-# Masks (`-100`) hide padding and prompt tokens from the loss. A batch made only of
-# padding has nothing left to average: the mean is `0 / 0`.
+# Masks (`-100`) hide padding and prompt tokens from the loss. A batch of padding only
+# leaves nothing to average: the mean is `0 / 0`.
 
 # %% tags=["nbval-check-output"]
 all_masked = run_fault("all_masked", steps=60)
@@ -247,11 +219,9 @@ print("weights finite at the end:",
       all(bool(torch.isfinite(p).all()) for p in all_masked.trainer.model.parameters()))
 
 # %% [markdown]
-# A surprise: the loss is NaN at step 40 **only**, and the run carries on. PyTorch's
-# `cross_entropy` with `ignore_index` gives every masked position a gradient of
-# exactly 0, so the NaN stays in the loss and never reaches the weights. That
-# protection belongs to the built-in loss. A masked mean written by hand, as many
-# codebases do for per-token weights, has no such luck:
+# A NaN at step 40 **only**: PyTorch's `cross_entropy` with `ignore_index` gives every
+# masked position a gradient of exactly 0, so the NaN never reaches the weights. A
+# masked mean written by hand (common for per-token weights) lacks that protection:
 
 # %% tags=["nbval-check-output"]
 logits = torch.randn(4, 5, requires_grad=True)
@@ -275,16 +245,15 @@ guarded.backward()
 print(f"clamped count: loss {guarded.item()}, NaN grads {int(logits.grad.isnan().sum())}")
 
 # %% [markdown]
-# The hand-written mean divides by a count of zero, its backward computes `0 / 0`
-# too, and the next optimizer step poisons the weights as in section 1. Dividing by
+# The hand-written mean divides by a zero count, its backward computes `0 / 0` too,
+# and the next optimizer step poisons the weights as in section 1;
 # `count.clamp_min(1)` makes an empty batch contribute a loss of 0 and no gradient.
-# Even with the built-in loss, the NaN in your loss log breaks averaged metrics and
-# trips any NaN alarm: skip such batches before they reach the model.
+# Even with the built-in loss, a NaN in the loss log breaks averaged metrics and trips
+# NaN alarms: skip such batches before the model.
 #
 # ### 3c. An illegal label (非法标签): loud, not silent
 # Interview lore (and the article this course corrects) says a negative label makes
-# the cross-entropy NaN. In PyTorch it does not: `cross_entropy` checks the range
-# and raises.
+# the cross-entropy NaN. Does it in PyTorch?
 
 # %% tags=["nbval-check-output"]
 logits = torch.randn(3, VOCAB)
@@ -296,11 +265,9 @@ for label in (-1, VOCAB, IGNORE_INDEX):
         print(f"label {label:>4}: {type(err).__name__}: {err}")
 
 # %% [markdown]
-# `-1` and `32` (one past the last class) stop the program with
-# `IndexError: Target -1 is out of bounds`. `-100` is the one negative value that
-# passes: it is the default `ignore_index`, so that position is **silently
-# dropped** from the loss. The built-in run shows the same: the bad batch crashes
-# the run at step 40.
+# `-1` and `32` (one past the last class) raise; `-100` passes because it is the
+# default `ignore_index`: that position is **silently dropped** from the loss. The
+# full run with an illegal label:
 
 # %% tags=["nbval-check-output"]
 illegal = run_fault("illegal_label", steps=60)
@@ -310,36 +277,30 @@ n_bad = int((~np.isfinite(illegal.record.losses())).sum())
 print("non-finite steps before the crash:", n_bad)
 
 # %% [markdown]
-# So in PyTorch an illegal label is **loud**, on one device. Four details are worth
-# knowing:
+# So in PyTorch an illegal label is **loud**, on one device. But:
 #
-# - On **CUDA** the same check is a device-side assert inside the kernel. The error
-#   surfaces asynchronously, often at a later line than the one at fault, and it
-#   leaves the CUDA context unusable: the process has to restart. Rerun with
-#   `CUDA_LAUNCH_BLOCKING=1` to see the real line.
-# - The NaN story is true elsewhere: TensorFlow's
-#   `sparse_softmax_cross_entropy_with_logits` documents that out-of-range labels
-#   raise on the CPU but give **NaN** loss and gradient rows on the GPU. Which
-#   framework and which device matter.
-# - The dangerous labels in PyTorch are the *legal-looking* ones: `-100` (dropped
-#   without a word), or labels inside the range but from the wrong vocabulary or
-#   shifted by one. Those give no error and no NaN, only a model that learns the
-#   wrong thing. Validation should count masked targets, not only check the range.
-# - Under tensor parallelism the check can disappear. Megatron-LM's vocab-parallel
-#   cross-entropy (NVIDIA/Megatron-LM, `megatron/core/tensor_parallel/cross_entropy.py`)
-#   masks every target outside a rank's slice of the vocabulary and gives it a
-#   predicted logit of 0, so an id outside the *whole* vocabulary is masked on every
-#   rank: that token's loss is a finite number that belongs to no label, and no
-#   error is raised. Its
-#   `VocabParallelEmbedding` (`layers.py`) does the same to input ids when the
-#   tensor-parallel size is above 1: an out-of-range id gets a zero embedding. Check
-#   the range in the data pipeline; do not count on the loss to complain.
+# - On **CUDA** the check is a device-side assert: the error surfaces asynchronously,
+#   often at a later line, and leaves the CUDA context unusable (restart the process).
+#   `CUDA_LAUNCH_BLOCKING=1` shows the real line.
+# - TensorFlow's `sparse_softmax_cross_entropy_with_logits` documents that
+#   out-of-range labels raise on the CPU but give **NaN** loss and gradient rows on
+#   the GPU.
+# - The dangerous PyTorch labels look legal: `-100` (dropped without a word), or
+#   in-range labels from the wrong vocabulary or shifted by one: no error, no NaN, a
+#   model that learns the wrong thing. Validation should count masked targets, not
+#   only check the range.
+# - Tensor parallelism can remove the check. Megatron-LM's vocab-parallel
+#   cross-entropy (NVIDIA/Megatron-LM,
+#   `megatron/core/tensor_parallel/cross_entropy.py`) masks every target outside a
+#   rank's vocabulary slice and gives it a predicted logit of 0, so an id outside the
+#   *whole* vocabulary is masked on every rank: a finite loss belonging to no label,
+#   and no error. Its `VocabParallelEmbedding` (`layers.py`) gives an out-of-range
+#   input id a zero embedding when the tensor-parallel size is above 1.
 #
 # ### The four side by side
-# The symptom all four share is the one to remember: **the loss is non-finite (or
-# the step fails) from the first step of the bad batch**, with nothing unusual before.
-# Here all four are 60-step runs with the same seed, so they are identical up to
-# step 39.
+# The shared symptom: **the loss is non-finite (or the step fails) from the first step
+# of the bad batch**, with nothing unusual before. Same seed, 60 steps each, so the
+# runs are identical up to step 39.
 
 # %% tags=["nbval-check-output"]
 runs = {"nan_input": run_fault("nan_input", steps=60),  # the same 60 steps as the rest
@@ -357,24 +318,21 @@ fig = plot_compare({name: r.record for name, r in runs.items()})
 
 
 # %% [markdown]
-# One picture, four endings: `nan_input` and `zero_std` are NaN (crosses along the
-# top) from step 40 to the end; `all_masked` has a single NaN step, with a gradient
-# norm of exactly 0 there (the drop in the lower panel), then trains on;
-# `illegal_label` simply stops at step 39, because step 40 raised.
+# Which runs stay NaN to the end, which has a single NaN step (a gradient norm of
+# exactly 0 in the lower panel), and why does `illegal_label` stop at step 39?
 
 # %% [markdown]
 # ## 4. The fix: validate every batch
-# The cure for dirty data is not a training trick. It is a check (数据校验 data
-# validation), in the data pipeline, on the batch the model is about to see, that
-# refuses what cannot be trained on.
+# The cure is a check (数据校验 data validation) in the data pipeline, on the batch the
+# model is about to see.
 #
-# **Exercise 1 · `validate_batch`.** Return a list of the batch's problems, `[]`
-# for a clean batch. Each problem is a string that **starts with** one of these
-# three phrases, followed by any details you find useful (counts, positions, values):
+# **Exercise 1 · `validate_batch`.** Return a list of the batch's problems, `[]` for a
+# clean batch. Each problem is a string that **starts with** one of these phrases,
+# followed by any details you like (counts, positions, values):
 #
 # - `"non-finite input"`: a NaN or inf anywhere in `batch.features`;
-# - `"illegal label"`: a target outside `[0, vocab_size)` that is not the mask
-#   value `IGNORE_INDEX` (-100);
+# - `"illegal label"`: a target outside `[0, vocab_size)` that is not the mask value
+#   `IGNORE_INDEX` (-100);
 # - `"no target"`: every target is masked, so the mean loss would be `0 / 0`.
 #
 # A batch can have several problems at once.
@@ -403,8 +361,8 @@ def validate_batch(batch, vocab_size=VOCAB):
 
 
 # %% [markdown]
-# The test batches: the clean batch of step 0, and copies of it with something
-# overwritten, each with the problems a good validator reports for it.
+# Test batches: step 0's clean batch and edited copies, each with the problems a good
+# validator reports.
 
 # %%
 KINDS = ("non-finite input", "illegal label", "no target")
@@ -438,8 +396,7 @@ CASES = {
 
 
 # %% [markdown]
-# The check runs your function on each of these batches and compares the kinds of
-# problem it reports with the expected ones:
+# The check compares the kinds of problem you report with the expected ones:
 
 # %% tags=["nbval-check-output"]
 def judge_validation(found):
@@ -467,10 +424,10 @@ check("validate_batch", lambda: {c: validate_batch(b) for c, (b, _) in CASES.ite
 
 
 # %% [markdown]
-# **Exercise 2 · `safe_standardize`.** Standardise per feature over the batch and
-# time dimensions, like `nanlab.data.standardize`, but floor the std at `eps` with
-# `std.clamp_min(eps)`, so that a constant column becomes 0 instead of `0 / 0`.
-# Use the population std (`unbiased=False`), as the pipeline does.
+# **Exercise 2 · `safe_standardize`.** Standardise per feature over the batch and time
+# dimensions, like `nanlab.data.standardize`, but floor the std at `eps` with
+# `std.clamp_min(eps)`, so that a constant column becomes 0 instead of `0 / 0`. Use
+# the population std (`unbiased=False`), as the pipeline does.
 
 # %%
 def safe_standardize(x, dim=(0, 1), eps=1e-6):
@@ -509,14 +466,12 @@ check("safe_standardize",
       ])
 
 # %% [markdown]
-# Why `clamp_min(eps)` and not `std + eps`: the clamp leaves every normal column
-# exactly as it was and only acts on a (nearly) constant one. And why 0 is the right
-# output: a column that does not vary in this batch carries no information here;
-# 0 is "at the mean". A stuck sensor is still a data-quality problem, so log it too.
+# Why `clamp_min(eps)`, not `std + eps`: the clamp leaves every normal column exactly
+# as it was. A column constant in this batch carries no information here, so 0 ("at
+# the mean") is right; log the stuck sensor all the same.
 #
-# One more reason to validate *before* standardising: a single NaN reading in the
-# raw data makes the batch mean NaN, and then the **whole column** is NaN, not one
-# cell.
+# Validate *before* standardising, too: one NaN in the raw data makes the batch mean
+# NaN. How much does it spoil?
 
 # %% tags=["nbval-check-output"]
 raw = CountingTask(seed=0).raw(40).raw_features.clone()
@@ -527,10 +482,9 @@ print("NaN after standardising:", n_nan, "of", raw.numel())
 
 # %% [markdown]
 # ### Your validation as a guard: fail loud
-# Put `validate_batch` where it belongs, around the batch source, so a bad batch
-# stops the run with a message instead of a NaN. `faults.inject` puts the same
-# NaN into batch 40 of a task we build ourselves, and our own `Trainer` reads the
-# checked batches. A silent NaN becomes a loud error, like an out-of-memory one.
+# Wrapped around the batch source, `validate_batch` turns a silent NaN into a loud
+# error. `faults.inject` puts the same NaN into batch 40 of a task we build; our own
+# `Trainer` reads the checked batches.
 
 # %%
 class BadBatch(ValueError):
@@ -560,11 +514,10 @@ except NotImplementedError:
     print("(validate_batch is still a stub: fill it in above, then rerun this cell)")
 
 # %% [markdown]
-# Stopping is right while you are debugging. In a long run you would rather skip
-# the bad batch, log it, and keep going. That is nanlab's `validate_data` fix: it
-# checks every batch before use and trains on the next clean one instead, writing
-# an event to the record (claim V3: every bad batch is logged, with its problems).
-# How much does checking every batch cost? Less than you would think:
+# Stopping suits debugging; a long run would rather skip the bad batch and log it.
+# nanlab's `validate_data` fix trains on the next clean batch instead and writes an
+# event to the record (claim V3: every bad batch is logged, with its problems). What
+# does checking every batch cost?
 
 # %%
 clean_batch = CountingTask(seed=0)(0)
@@ -575,13 +528,13 @@ per_check = (time.perf_counter() - t0) / 200
 print(f"one batch check: {per_check * 1e6:.0f} microseconds")
 
 # %% [markdown]
-# A few tens of microseconds against a training step of several milliseconds (more
-# in a real model). On a GPU, run the check on the CPU batch inside the data loader,
-# before `.to(device)`: then it costs no host-device sync and overlaps with training.
+# Tens of microseconds, against a training step of several milliseconds. On a GPU,
+# check the CPU batch in the data loader, before `.to(device)`: no host-device sync,
+# and it overlaps with training.
 #
 # ## 5. The proof
-# A fix is proven when a run **with the same seed** and the fault still in the data
-# gives a normal curve, and its loss at the same step matches the clean run.
+# A fix is proven when a run **with the same seed**, fault still in the data, gives a
+# normal curve and matches the clean run's loss at the same step.
 
 # %%
 clean = run_fault(None)  # the clean baseline, seed 0
@@ -600,15 +553,14 @@ fig = plot_compare({"clean": clean.record, "nan_input, no fix": rec,
                     "nan_input + validate_data": fixed.record})
 
 # %% [markdown]
-# Bit-identical to the clean run up to step 39, as it must be: same seed, same
-# batches. From step 40 on the fixed run trains on batch 41 where the clean run had
-# batch 40 (it skipped one), so the two curves differ in the last digits while
-# landing at the same loss. Had the curves differed *before* step 40, something
-# other than the fix would have changed, and the comparison would prove nothing.
+# Bit-identical up to step 39: same seed, same batches. From step 40 the fixed run
+# trains on batch 41 where the clean run had batch 40 (it skipped one), so the curves
+# differ in the last digits yet land at the same loss. A difference *before* step 40
+# would mean something besides the fix changed.
 #
 # ### The wrong fixes, measured
-# Would the usual reflexes have worked? The fault × fix matrix runs each fault
-# against each fix with the same seed and the same 200 steps, in two processes.
+# Would the usual reflexes have worked? The fault × fix matrix runs each fault against
+# each fix, same seed, 200 steps, in two processes.
 
 # %%
 from nanlab.faults import fault_fix_matrix
@@ -625,11 +577,11 @@ for fault in matrix.faults:
     print(fault, {fix: matrix.outcome(fault, fix) for fix in matrix.fixes})
 
 # %% [markdown]
-# - **LR ÷ 10** (降低学习率) changes nothing: the NaN is in the input, not in the size of the
-#   update. Same first bad step, same poisoned weights.
-# - **Gradient clipping** (梯度裁剪) changes nothing either, and is worse than useless here.
-#   The global norm of a gradient that holds one NaN is NaN, and clipping multiplies
-#   *every* gradient by `max_norm / NaN`, so even the finite ones become NaN:
+# - **LR ÷ 10** (降低学习率) changes nothing: the NaN is in the input, not in the size of
+#   the update.
+# - **Gradient clipping** (梯度裁剪) is worse than useless: a gradient holding one NaN has
+#   a NaN global norm, and clipping multiplies *every* gradient by `max_norm / NaN`.
+#   Watch a perfectly finite `b.grad`:
 
 # %% tags=["nbval-check-output"]
 a, b = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
@@ -640,22 +592,18 @@ print("total norm:", norm.item(), "| b.grad after clipping:", b.grad.tolist())
 
 # %% [markdown]
 # - **Skipping non-finite steps** (`skip_nonfinite`, the guard's skip mode) *contains*
-#   the NaN input: the update of step 40 is dropped, the weights stay clean, and the
-#   run ends near the clean loss. But it has not found or removed anything: the bad
-#   batch is still in the data and will strike again next epoch, and the same guard
-#   would just as quietly hide a real numerical problem. It cannot help with the
-#   illegal label at all, which crashes before there is a step to skip.
-# - **Validating the data** cures both, because it acts on the cause.
+#   the NaN: step 40's update is dropped, the weights stay clean. But the bad batch
+#   returns next epoch, the guard would as quietly hide a real numerical problem, and
+#   an illegal label crashes before there is a step to skip.
+# - **Validating the data** cures both: it acts on the cause.
 #
-# Contain vs cure (止损 vs 根治) is a distinction interviewers like: a guard buys you
-# time, the root-cause fix ends the problem. `all_masked` is left out of this matrix
-# to keep it short: its bad step has a NaN loss but zero gradients (section 3b), so
-# the full matrix (`nanlab matrix`) reports it as "not cured, the weights stayed
-# finite": a NaN in the log is still a failure to explain, even when it did no harm.
+# Contain vs cure (止损 vs 根治), a distinction interviewers like: a guard buys time, the
+# root-cause fix ends the problem. `all_masked` (NaN loss, zero gradients) is left out
+# here; the full matrix (`nanlab matrix`) reports it "not cured, the weights stayed
+# finite": a NaN in the log needs explaining even when harmless.
 #
 # ## 6. Practice
-# Interview-style questions on what you just measured. Answer, then **Check**;
-# **Hint** gives one hint per click.
+# Answer, then **Check**; **Hint** gives one hint per click.
 
 # %%
 from nanlab.course import FreeText, KeyPoint, MultipleChoice, RootCause
@@ -753,11 +701,10 @@ FreeText(
 
 # %% [markdown]
 # ## 7. For instructors: the same fault in any model
-# `faults.inject` puts a fault into a model, optimizer and batch source that nanlab
-# did not create. Call `injection.batches(step)` once per step in your own loop.
-# Here: a tiny MLP classifier, a hand-written loop, and a batch function returning
-# `(x, y)` tuples. The fault finds the float tensor by itself (or name it with
-# `inputs=`).
+# `faults.inject` puts a fault into a model, optimizer and batch source nanlab did not
+# create; call `injection.batches(step)` once per step of your loop. Here: a tiny MLP,
+# a hand-written loop, `(x, y)` batches. The fault finds the float tensor itself (or
+# name it with `inputs=`).
 
 # %% tags=["nbval-check-output"]
 torch.manual_seed(0)
@@ -784,28 +731,23 @@ for step in range(6):
           f"weights finite: {weights_ok}")
 
 # %% [markdown]
-# Same story in someone else's code: fine until step 3, then NaN for good. The
-# other data faults work the same way (`"illegal_label"` and `"all_masked"` edit the
-# integer labels; name them with `labels=` if the default, the last integer tensor,
-# is not right). `python -m nanlab faults` lists every fault with its parameters.
+# `"illegal_label"` and `"all_masked"` edit the integer labels (the last integer
+# tensor, or name it with `labels=`). `python -m nanlab faults` lists every fault with
+# its parameters.
 #
 # ## Summary
-# - One NaN reading in one batch: the loss is NaN from that step on, the run keeps
-#   going without a word, and after one optimizer step every weight is NaN.
-# - Dirty data's signature: healthy until one step, non-finite from the first step
-#   of the bad batch, nothing growing before it, NaN without a preceding inf.
-# - Find it with the record (first non-finite step), the batch of that step, and
-#   `locate` (first non-finite value: in the data).
-# - A constant column standardised without a floor on the std makes NaN from clean
-#   numbers; `std.clamp_min(eps)` fixes it.
-# - An all-masked batch: NaN loss; harmless gradients with PyTorch's `ignore_index`,
-#   poisoned ones with a hand-written masked mean (clamp the count).
+# - One NaN reading in one batch: NaN loss from then on, no error, and every weight
+#   NaN after one optimizer step.
+# - The signature: healthy until the bad batch, nothing growing before it, no inf
+#   before the NaN; `locate` finds the first non-finite value in the data.
+# - Floor the std (`std.clamp_min(eps)`); clamp the count of a hand-written masked
+#   mean.
 # - An illegal label is loud in single-device PyTorch (IndexError, a device-side
 #   assert on CUDA), NaN in TensorFlow on GPU, silently masked by Megatron-LM's
 #   vocab-parallel loss; `-100` is silently ignored.
-# - The cure is validation of the batch the model sees; LR ÷ 10 and clipping do
-#   nothing; skipping non-finite steps contains the damage but keeps the cause.
-# - Proof: same seed, bit-identical before the bad batch, same loss at step 199.
+# - Validation cures; LR ÷ 10 and clipping do nothing; skipping non-finite steps only
+#   contains the damage. Proof: same seed, bit-identical before the bad batch, same
+#   loss at step 199.
 #
 # Your progress:
 

@@ -13,37 +13,23 @@
 # ---
 
 # %% [markdown] tags=["solution-only"]
-# **Source notebook (solution version).** This pair, `solutions/03_learning_rate.py` and
-# `solutions/03_learning_rate.ipynb`, is the single source of `labs/03_learning_rate.ipynb`, answers
-# filled in. Edit either file (in JupyterLab the other follows on save), then run
-# `nanlab course execute solutions/03_learning_rate.py` (syncs the pair, stores the outputs
-# the tests compare) and `nanlab course build` (writes the learner's version).
+# **Source notebook (solution version).** This pair (`solutions/03_learning_rate.py`,
+# `.ipynb`) is the single source of `labs/03_learning_rate.ipynb`, answers filled in.
+# Edit either (JupyterLab syncs the other on save), then run
+# `nanlab course execute solutions/03_learning_rate.py` (syncs the pair, stores the
+# outputs the tests compare) and `nanlab course build` (writes the learner's version).
 
 # %% [markdown]
 # # Lab 03 · The learning rate (学习率): spikes, divergence, NaN, warmup
 #
-# A learning rate that is too high is the commonest cause of a loss spike (损失尖峰)
-# and one of the commonest causes of a NaN. It does not look the same every time.
-# In this lab:
-#
-# 1. **three faces of one cause**: a spike that recovers by itself, a divergence
-#    (发散) that never comes back, and a NaN;
-# 2. **the SOP on the NaN**: turning AMP off makes the NaN go away, and that is a
-#    *hint, not proof*; LR ÷ 10 is the cure, proven with the same seed;
-# 3. **warmup + cosine** (学习率预热 + 余弦退火): why AdamW needs warmup, and you
-#    write the schedule;
-# 4. **gradient clipping** (梯度裁剪): what it cures and what it does not, with AdamW;
-# 5. **the spike detector**, and the honest finding that a spike the model
-#    recovers from by itself may be better left alone;
-# 6. **practice** in interview form.
-#
-# CPU only, about 45 minutes; the runs take a few seconds each. Cells marked
-# `# YOUR CODE HERE` are yours; the cell after each one checks it.
+# A learning rate that is too high is the commonest cause of a loss spike (损失尖峰) and
+# one of the commonest of a NaN. CPU only, about 45 minutes, seconds per run. Cells
+# marked `# YOUR CODE HERE` are yours; the next cell checks each.
 
 # %% [markdown]
 # ## Setup
-# Every run in this lab is the toy Transformer of Lab 00 on the counting task,
-# 200 steps, seed 0, changed in one way only. The clean run is the yardstick.
+# Every run: Lab 00's toy Transformer on the counting task, 200 steps, seed 0, the
+# clean run changed in one way only.
 
 # %%
 import math
@@ -69,9 +55,8 @@ print(f"clean run: loss {clean_losses[0]:.2f} -> {final_loss(clean_losses):.3f}"
 # ## 1. Three faces of a learning rate that is too high
 #
 # ### 1a. A spike that recovers (`lr_jump`)
-# A scheduler glitch: at step 100 the learning rate is 10x what it should be, for
-# one step, then it is back to normal. Think of a restart that reloaded the
-# optimizer but not the schedule, or a config typo caught one step later.
+# A scheduler glitch: at step 100 the LR is 10x too high for one step (a restart that
+# reloaded the optimizer, not the schedule).
 
 # %%
 jump = run_fault("lr_jump")  # at_step=100, factor=10, length=1
@@ -79,9 +64,8 @@ jump_losses = jump.record.losses()
 fig = plot_loss(jump.record, title="lr_jump: the LR is 10x for the one step 100")
 
 # %% [markdown]
-# The orange circles are the steps `find_spikes` flags: a loss more than 3x the
-# median of the 20 steps before it. Now read the record around the first one,
-# with the learning-rate column beside the loss.
+# Orange circles: the steps `find_spikes` flags (a loss above 3x the median of the
+# previous 20). The record around the first:
 
 # %%
 spikes = find_spikes(jump_losses)
@@ -100,16 +84,11 @@ print("the spike comes one step after the jump:", first == glitch + 1)
 print("loss back to its pre-spike level within 20-80 steps:", 20 <= back <= 80)
 
 # %% [markdown]
-# **Why one step later.** The loss of step *t* is computed *before* the update of
-# step *t*, so it shows the effect of every update up to *t − 1*. Row 100 holds
-# the 10x learning rate *and* a normal loss; the damage shows in row 101. The rule
-# to remember: **a spike at step t points at the update of step t − 1** (its
-# learning rate, its gradient, its batch). The guard in section 5 uses the same
-# rule when it picks a checkpoint to go back to.
+# **Why one step later.** The loss of step *t* is computed *before* update *t*: row
+# 100 holds the 10x LR *and* a normal loss. **A spike at step t points at the update
+# of step t − 1** (its LR, gradient, batch).
 #
-# The model recovers by itself: the loss is back at its pre-spike level about 40
-# steps later. But the recovery is not free. Compare with the clean run at the
-# same steps:
+# At what cost? The clean run:
 
 # %%
 for step in (100, 101, 150, 199):
@@ -120,13 +99,12 @@ print("at step 199 lr_jump is still more than 3x above the clean run:",
       bool(jump_losses[199] > 3 * clean_losses[199]))
 
 # %% [markdown]
-# One bad update cost about 40 steps of progress, and with the cosine schedule
-# already decaying, the run never catches up inside 200 steps. In a long run the
-# same spike would be a blip; in a short fine-tune it is most of the budget.
+# One bad update cost about 40 steps of progress; with the cosine already decaying,
+# the run never catches up in 200 steps: a blip in a long run, most of the budget in a
+# short fine-tune.
 #
 # ### 1b. A divergence that does not recover (`high_lr_adam`)
-# Now the learning rate is too high all the time: AdamW at 0.1, twenty times the
-# baseline, in fp32.
+# Now the LR stays too high: AdamW at 0.1, twenty times the baseline, fp32.
 
 # %% tags=["nbval-check-output"]
 adam = run_fault("high_lr_adam")
@@ -137,18 +115,13 @@ print("final loss more than 10x the clean run's:",
 print("spikes found:", len(find_spikes(adam_losses)))
 
 # %% [markdown]
-# No NaN, no inf, no spike: a monitor that only watches for NaN stays silent while
-# the model learns nothing. Why no NaN? Adam's update is about `lr · m / √v`, and
-# `m / √v` is close to ±1, so every weight moves by about the learning rate each
-# step; with this toy's β2 = 0.95 never more (section 3 derives the bound, which is
-# about 3.16 lr with PyTorch's default β2 = 0.999). LayerNorm then rescales the activations, so nothing grows
-# towards the float32 limit. The weights are simply kicked around too hard to
-# settle: the loss climbs and stays high.
+# A NaN monitor stays silent while nothing is learned. Each Adam step moves a weight
+# by about the LR (section 3) and LayerNorm rescales the activations, so nothing nears
+# the float32 limit: the weights are kicked around too hard to settle.
 #
 # ### 1c. A NaN (`high_lr`)
-# The same mistake under fp16 mixed precision (混合精度): AdamW at 0.2 with fp16
-# autocast and its GradScaler. We run the first 60 steps of the 200-step run
-# (`decay_steps=200` keeps the schedule of the full run).
+# The same mistake in fp16 mixed precision (混合精度): AdamW at 0.2, fp16 autocast and
+# GradScaler, the first 60 of 200 steps (`decay_steps=200` keeps the schedule).
 
 # %% tags=["nbval-check-output"]
 nan_run = run_fault("high_lr", steps=60, decay_steps=200)
@@ -165,9 +138,7 @@ print("every non-finite step's update skipped by the GradScaler:",
 print("weights still finite:", weights_finite)
 
 # %% [markdown]
-# Where was the first non-finite value made? `locate` replays the first bad step
-# from the nearest checkpoint, exactly, with a hook on every module and every op
-# (Lab 02 introduced it):
+# Where was the first non-finite value made? `locate` (Lab 02) answers:
 
 # %%
 from nanlab.debug import locate
@@ -182,14 +153,10 @@ print("inf came before NaN:", loc.inf_before_nan)
 
 # %% [markdown]
 # The oversized updates grew the attention weights until a score `q · k` (a batched
-# matmul, `aten.bmm`) passed fp16's 65504 and became inf. Even a *stable* softmax
-# cannot survive that: it subtracts the row max, and `inf − inf` is NaN. The
-# GradScaler skips every update whose gradients are not finite, so the weights stay
-# finite, but they are exactly the weights that overflow: nearly every later
-# step overflows again and the run is frozen. (Lab 04 follows the loss scale down as it
-# halves at every one of those steps.)
-#
-# The three side by side:
+# matmul, `aten.bmm`) passed fp16's 65504. Even a *stable* softmax then fails: it
+# subtracts the row max, and `inf − inf` is NaN. The GradScaler skips each non-finite
+# update, keeping the very weights that overflow, so nearly every later step overflows
+# again: the run is frozen. (Lab 04 follows the loss scale halving at each such step.)
 
 # %%
 fig = plot_compare({"clean (LR 5e-3)": clean.record,
@@ -198,19 +165,19 @@ fig = plot_compare({"clean (LR 5e-3)": clean.record,
                     "high_lr: LR 0.2, fp16": nan_run.record})
 
 # %% [markdown]
-# | shape | the loss curve | the grad norm | typical cause |
-# |---|---|---|---|
-# | **spike** (尖峰) | jumps, then comes back down | jumps with it | one bad update or batch |
-# | **divergence** (发散) | rises or stalls, finite | stays high | LR too high throughout |
-# | **NaN** | finite, then NaN for good | NaN | a divergence meeting fp16's limit |
+# - **spike** (尖峰): loss and grad norm jump, then come back down; one bad update or
+#   batch.
+# - **divergence** (发散): the loss rises or stalls, finite; the grad norm stays high;
+#   the LR too high throughout.
+# - **NaN**: finite, then NaN for good, grad norm too; a divergence meeting fp16's
+#   limit.
 #
-# The third row is the trap for the next section: the NaN *looks* like a
-# precision problem, because precision is where it became visible.
+# The NaN is the trap: it *looks* like a precision problem, since precision is where
+# it became visible.
 #
 # ## 2. The SOP on the NaN: AMP off is a hint, not proof
-# The SOP checks, cheapest first: **data → AMP off → LR ÷ 10 → grad norms →
-# init / eps**. Step 1, the data: rebuild the batch of the first bad step and check
-# it (`batch_problems` is nanlab's batch checker from Lab 02).
+# The SOP, cheapest first: **data → AMP off → LR ÷ 10 → grad norms → init / eps**.
+# Step 1: check the first bad step's batch (`batch_problems`, Lab 02).
 
 # %% tags=["nbval-check-output"]
 from nanlab.faults import batch_problems
@@ -220,13 +187,12 @@ print("problems in the batch of the first NaN step:", batch_problems(batch, 32))
 print("loss of the step before it finite:", math.isfinite(rows[bad - 1]["loss"]))
 
 # %% [markdown]
-# The batch is clean. Step 2 is to turn AMP off (关闭混合精度) and step 3 to divide
-# the LR by 10 (学习率 ÷ 10), each a controlled replay: same seed, same data, one
-# change.
+# Step 2 turns AMP off (关闭混合精度), step 3 divides the LR by 10 (学习率 ÷ 10): controlled
+# replays with one change each.
 #
-# **Exercise 1 · predict.** Before running them, predict four outcomes: return a
-# dict mapping each of the `STATEMENTS` to `True` or `False`. "Ends below 0.1"
-# means the mean loss of the last 10 steps; the clean run ends near 0.02.
+# **Exercise 1 · predict.** Return a dict mapping each of the `STATEMENTS` to `True`
+# or `False`. "Ends below 0.1" means the mean loss of the last 10 steps; the clean run
+# ends near 0.02.
 
 # %%
 STATEMENTS = [
@@ -245,9 +211,8 @@ def my_predictions():
 
 
 # %% [markdown]
-# Now measure. `fixes=` applies the SOP's cures as nanlab defines them
-# (`nanlab.faults.fixes`): `amp_off` trains in fp32, `lr_div10` divides the LR by 10 and
-# changes nothing else (fp16 and the GradScaler stay).
+# `fixes=` applies nanlab's cures (`nanlab.faults.fixes`): `amp_off` trains in fp32;
+# `lr_div10` divides the LR by 10 and keeps fp16 and the GradScaler.
 
 # %%
 amp_off = run_fault("high_lr", fixes=["amp_off"])
@@ -272,22 +237,16 @@ check("my_predictions", my_predictions, actual, hints=[
 ])
 
 # %% [markdown]
-# **AMP off removed the NaN and kept the disease.** In fp32 the scores that
-# overflowed fp16's 65504 fit easily (the limit is 3.4e38), so nothing becomes inf;
-# the weights are still thrown around by updates twenty times too large, and the
-# run diverges exactly like `high_lr_adam`. "The NaN disappears without AMP, so it
-# was fp16 overflow" is the inference the article makes; it is a strong hint that
-# fp16's range is *involved*, not proof that it is the *cause*. Turning AMP off
-# changes several things at once: the range (no overflow), the rounding of every
-# op, and the GradScaler with its skipped steps. Any of them can hide a different
-# cause.
+# **AMP off removed the NaN and kept the disease.** In fp32 (max 3.4e38) the scores
+# that overflowed fp16's 65504 fit, but updates twenty times too large still throw the
+# weights around. "The NaN disappears without AMP, so it was fp16 overflow" is the
+# article's inference: a strong hint that fp16's range is *involved*, not proof that
+# it is the *cause*. AMP off changes the range, every op's rounding and the GradScaler
+# (with its skipped steps) at once; any can hide another cause. LR ÷ 10 in fp16
+# trains: fp16 only made the LR problem loud.
 #
-# The run that keeps fp16 and divides the LR by 10 trains normally: the cause was
-# the learning rate, and fp16 only made it loud.
-#
-# **The proof (claims V1, V2).** Same seed, same data order, same number of steps;
-# compare the loss at the *same step* against the clean run, not "the curve looks
-# fine now".
+# **The proof (claims V1, V2).** Same seed, data order and step count; compare the
+# loss at the *same step* with the clean run.
 
 # %%
 fig = plot_compare({"clean": clean.record, "high_lr (fp16, LR 0.2)": nan_run.record,
@@ -307,18 +266,17 @@ print("LR / 10 within 2x of the clean loss at step 199:",
 print("AMP off above 1.0 at every step from 100 on:", bool((a[100:] > 1.0).all()))
 
 # %% [markdown]
-# LR ÷ 10 lands close to the clean run at the same step (its LR, 0.02, is still 4x
-# the baseline's). Note what the SOP step says: *divide by 10*, a diagnostic
-# jump large enough to tell "too high" from "something else", not a tuned value.
-# The article's recovery recipe (claim M1) is the same move after a NaN in a real
-# run: roll back to the last good checkpoint, restart at LR ÷ 10.
+# LR ÷ 10 still runs at 0.02, 4x the baseline: *divide by 10* is a diagnostic jump,
+# big enough to tell "too high" from "something else", not a tuned value. The
+# article's recovery recipe (claim M1) is the same move: roll back to the last good
+# checkpoint, restart at LR ÷ 10.
 #
 # ## 3. Warmup and cosine decay
 # ### Why AdamW needs warmup
-# Adam divides each gradient by the running root-mean-square of that weight's past
-# gradients. At the first step there is no past: `m / √v` is `g / |g|`, so **every
-# weight moves by the full learning rate**, whatever its gradient. Watch one AdamW
-# step on a fresh layer with GPT-2's init (std 0.02) at LR 0.02:
+# Adam divides each gradient by the running RMS of that weight's past gradients. At
+# step one there is no past: `m / √v` is `g / |g|`, so **every weight moves by the
+# full learning rate**, whatever its gradient. One step on a fresh layer (GPT-2's
+# init, std 0.02) at LR 0.02:
 
 # %%
 torch.manual_seed(0)
@@ -341,32 +299,27 @@ print("every weight moved by between 0.9 x LR and LR:",
 
 
 # %% [markdown]
-# A step of 0.02 on weights whose typical size is 0.02: one update rewrites every
-# weight of a fresh model by about 100 %, in directions set by one noisy batch.
-# After a few dozen steps `v` has seen enough gradients to be a real average, and
-# the updates become sensible. **Warmup** (学习率预热) keeps the LR small for
-# those first steps; **cosine decay** (余弦退火) then lowers it smoothly so that the
-# last steps fine-tune instead of jumping around the minimum.
+# A step of 0.02 on weights of typical size 0.02 rewrites a fresh model by about
+# 100 %, in directions set by one noisy batch; `v` is a real average only after a few
+# dozen steps. **Warmup** (学习率预热) keeps the LR small until then; **cosine decay**
+# (余弦退火) lowers it smoothly so the last steps fine-tune rather than jump around the
+# minimum.
 #
 # ### How large can an Adam step be? Not "at most the LR"
-# The first step is exactly `lr` per weight. Later steps are not capped at the LR.
-# Kingma & Ba (2015, "Adam: a method for stochastic optimization", section 2.1)
-# bound the step of one coordinate, with bias correction and ε = 0, by
+# Kingma & Ba (2015, "Adam: a method for stochastic optimization", section 2.1) bound
+# one coordinate's step (bias correction, ε = 0) by
 #
 # $$|\Delta_t| \le \mathrm{lr}\cdot\max\left(1,\ \frac{1-\beta_1}{\sqrt{1-\beta_2}}\right)$$
 #
-# and the worst case is a coordinate whose gradient was 0 for a long time and is
-# suddenly large: `m` takes `(1 − β1)·g` of it at once, while `v`, still
-# remembering the quiet steps, takes only `(1 − β2)·g²`. With PyTorch's default
-# betas (0.9, 0.999) that is 0.1 / √0.001 ≈ 3.16 lr; with β2 = 0.95, the value in
-# nanlab's `TrainConfig` (`nanlab/config.py`, printed below), the ratio is
-# 0.1 / √0.05 ≈ 0.45 and the bound is the LR itself. So the "Adam moves each
-# weight by at most about the LR" that this course leans on is a property of
-# β2 = 0.95, not of Adam. A large β2 means a `v` that lags behind a sudden change
-# of the gradients, and that lag is one account of Adam-driven loss spikes:
-# Wortsman et al. 2023 (section 4, citing Shazeer & Stern and Cohen et al.)
-# note that lowering β2 removes such spikes. Measured: 3000 quiet steps, then one
-# gradient of 1, on a single weight at LR 1 (ε = 1e-12, so 0 / 0 cannot occur).
+# reached by a gradient that was 0 for long and is suddenly large: `m` takes
+# `(1 − β1)·g` at once, `v`, remembering the quiet steps, only `(1 − β2)·g²`.
+# PyTorch's betas (0.9, 0.999) give 0.1 / √0.001 ≈ 3.16 lr; β2 = 0.95 (nanlab's
+# `TrainConfig`, `nanlab/config.py`) gives 0.1 / √0.05 ≈ 0.45. "Adam moves each weight
+# by at most about the LR", which this course leans on, is a property of β2 = 0.95,
+# not of Adam. A `v` lagging a sudden gradient change is one account of Adam-driven
+# loss spikes: Wortsman et al. 2023 (section 4, citing Shazeer & Stern and Cohen et
+# al.) note that lowering β2 removes them. Measured after 3000 quiet steps (ε = 1e-12,
+# so no 0 / 0):
 
 # %%
 def worst_adam_step(betas, quiet_steps=3000, lr=1.0):
@@ -398,15 +351,15 @@ print("both within the Kingma & Ba bound:",
       all(step <= bound * 1.0001 for step, bound in steps_seen.values()))
 
 # %% [markdown]
-# **Exercise 2 · the schedule.** Write `lr_at(step, warmup, total, base_lr,
-# min_ratio)`, the learning rate at `step` of nanlab's schedule:
+# **Exercise 2 · the schedule.** Write
+# `lr_at(step, warmup, total, base_lr, min_ratio)`, nanlab's learning rate at `step`:
 #
-# - **warmup**, for `step < warmup`: linear, `base_lr · (step + 1) / warmup`, so
-#   step 0 already trains and step `warmup − 1` reaches `base_lr`;
-# - **cosine**, from `step = warmup` on: with
-#   `progress = (step − warmup) / (total − warmup)`, capped at 1, the LR goes from
-#   `base_lr` at progress 0 down to `min_ratio · base_lr` at progress 1 along half
-#   a cosine, `(1 + cos(π · progress)) / 2`, and stays there after `total`.
+# - **warmup**, `step < warmup`: linear, `base_lr · (step + 1) / warmup`, so step 0
+#   already trains and step `warmup − 1` reaches `base_lr`;
+# - **cosine**, from `step = warmup`: with
+#   `progress = (step − warmup) / (total − warmup)`, capped at 1, the LR falls from
+#   `base_lr` (progress 0) to `min_ratio · base_lr` (progress 1) along half a cosine,
+#   `(1 + cos(π · progress)) / 2`, and stays there after `total`.
 
 # %%
 def lr_at(step, warmup, total, base_lr, min_ratio):
@@ -451,8 +404,7 @@ check("lr_at", lambda: [[lr_at(s, *case) for s in range(case[1] + 5)]
       ])
 
 # %% [markdown]
-# Your schedule on top of the learning rate the clean run actually recorded (its
-# `lr` column):
+# Your schedule over the clean run's recorded `lr` column:
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3), layout="constrained")
@@ -467,10 +419,9 @@ ax.legend(fontsize=8);
 
 # %% [markdown]
 # ### No warmup: the same peak LR, the first 20 steps decide the run
-# `no_warmup` trains at LR 0.02 (4x the baseline) with `beta2 = 0.99` (a slower
-# second-moment average, common in practice) and **no** warmup. The fix
-# `warmup_cosine` adds 20 warmup steps and changes nothing else: same peak LR,
-# same seed, same data.
+# `no_warmup`: LR 0.02 (4x the baseline), `beta2 = 0.99` (a slower second-moment
+# average, common in practice), **no** warmup. The fix `warmup_cosine` adds only 20
+# warmup steps.
 
 # %% tags=["nbval-check-output"]
 cold = run_fault("no_warmup")
@@ -490,30 +441,26 @@ fig = plot_compare({"no warmup (LR 0.02 from step 0)": cold.record,
 
 
 # %% [markdown]
-# Without warmup the loss goes *up* within the first few steps: the first
-# full-size updates threw the fresh weights far off. Then the gradient norm drops
-# and stays low: the model has settled in a poor region and crawls out of it very
-# slowly at this LR. With warmup, the same LR is harmless once it is reached,
-# because by then Adam's `v` is a real average.
-# (LR ÷ 10 also cures `no_warmup`, more slowly: `nanlab matrix --faults no_warmup`.)
+# Without warmup the first full-size updates throw the fresh weights far off, and the
+# model settles in a poor region (low gradient norm) that it leaves very slowly at
+# this LR. (LR ÷ 10 also cures `no_warmup`, more slowly:
+# `nanlab matrix --faults no_warmup`.)
 #
 # ## 4. Gradient clipping: what it cures, what it does not
-# `torch.nn.utils.clip_grad_norm_(params, max_norm)` computes the **global** norm
-# of all gradients together and, when it is above `max_norm`, multiplies *every*
-# gradient by `max_norm / norm`. The direction is kept; only the length is capped.
-# The article (claim M6) recommends `max_norm = 1.0`. What OPT-175B really did:
-# the paper (Zhang et al. 2022, arXiv 2205.01068, sections 2.2 and 2.5) clips at
-# 1.0, lowered to 0.3 early in training because that helped stability, and cut the
-# LR by hand several times, restarting from an earlier checkpoint after each loss
-# divergence. The 2.5 seen in some summaries belongs to the earlier, abandoned 11.x
-# runs, which started at clip 2.5 and went to 1.5, then 1.0 (metaseq,
-# `projects/OPT/chronicles/10_percent_update.md`); in the final 12.x run the LR came
-# down by 10 % at run 12.43 and to 2/3 of GPT-3's at 12.45.2 (`56_percent_update.md`).
+# `torch.nn.utils.clip_grad_norm_(params, max_norm)` (梯度裁剪) takes the **global** norm
+# of all gradients and, above `max_norm`, multiplies *every* gradient by
+# `max_norm / norm`. The article (claim M6) recommends `max_norm = 1.0`. OPT-175B
+# (Zhang et al. 2022, arXiv 2205.01068, sections 2.2 and 2.5) clipped at 1.0, lowered
+# to 0.3 early on for stability, and cut the LR by hand several times, restarting from
+# an earlier checkpoint after each loss divergence. The 2.5 in some summaries belongs
+# to the abandoned 11.x runs (clip 2.5, then 1.5, then 1.0; metaseq,
+# `projects/OPT/chronicles/10_percent_update.md`); in the final 12.x run the LR fell
+# 10 % at run 12.43 and to 2/3 of GPT-3's at 12.45.2 (`56_percent_update.md`).
 #
-# **Exercise 3 · clip by hand.** Write `clip_by_global_norm(grads, max_norm)`: it
-# returns `(clipped, total_norm)`, a new list of tensors and the global norm
-# *before* clipping, as a float. Use PyTorch's coefficient,
-# `max_norm / (total_norm + 1e-6)`, and apply it only when it is below 1.
+# **Exercise 3 · clip by hand.** Write `clip_by_global_norm(grads, max_norm)`
+# returning `(clipped, total_norm)`: new tensors and the global norm *before*
+# clipping, as a float. Apply PyTorch's coefficient, `max_norm / (total_norm + 1e-6)`,
+# only when it is below 1.
 
 # %%
 def clip_by_global_norm(grads, max_norm):
@@ -569,11 +516,9 @@ check("clip_by_global_norm",
 
 # %% [markdown]
 # ### With SGD clipping caps the step; with AdamW it barely touches it
-# Clipping rescales the gradient. For SGD the update *is* the gradient times the
-# LR, so clipping caps the update. Adam divides the gradient by the running RMS of
-# the gradients, so if every gradient is scaled by the same factor, `m / √v` does
-# not change at all. Five steps on a 64 x 64 weight, with the gradients at their
-# normal size, 100x larger, and 100x larger but clipped to 1.0:
+# For SGD the update *is* LR times gradient, so clipping caps it. Adam divides by the
+# gradients' running RMS, so a factor common to all gradients cancels in `m / √v`.
+# Five steps on a 64 x 64 weight:
 
 # %%
 def update_size(optimizer, grad_scale, clip=None, steps=5):
@@ -610,15 +555,11 @@ print("AdamW: clipped, still the same update (within 0.1 %):",
       math.isclose(adamw[2], adamw[0], rel_tol=1e-3))
 
 # %% [markdown]
-# So with AdamW, clipping does **not** make an update smaller when the learning
-# rate is too high: the update is at most about `lr` per weight either way (with
-# this toy's β2 = 0.95; the bound is derived in section 3). What it does
-# do is keep one outlier step from dominating Adam's moment estimates (a single
-# huge gradient inflates `v`, which then shrinks the next dozens of updates).
+# With AdamW, clipping does stop one outlier step from dominating Adam's moments (a
+# huge gradient inflates `v`, shrinking the next dozens of updates).
 #
-# The fault × fix matrix says the same on the real run. The `(none)` cell is
-# this lab's `high_lr_adam` run judged by the matrix's rules; `run_cell` measures
-# the `grad_clip` cell (clip at 1.0, everything else unchanged).
+# The real run in the fault × fix matrix (`(none)`: this lab's run; `grad_clip`: clip
+# at 1.0, nothing else):
 
 # %%
 from nanlab.faults.matrix import Cell, Matrix, judge, run_cell
@@ -641,30 +582,24 @@ print("with clipping, final loss still more than 10x the clean run's:",
       matrix.cells[("high_lr_adam", "grad_clip")].final_loss > 10 * clean_final)
 
 # %% [markdown]
-# Still diverged, as the five-step experiment predicted: clipping does not cure a
-# learning rate that is too high. On `lr_jump` (`nanlab matrix --faults lr_jump
-# --fixes grad_clip`, about a minute) clipping gives a smaller spike that recovers
-# faster, but still a spike; and at `max_norm = 1.0` the clip is active on almost
-# every step of that run (the clean grad norm is 1 to 12), so it changes the whole
-# trajectory, not only the bad step.
+# On `lr_jump` (`nanlab matrix --faults lr_jump --fixes grad_clip`, about a minute)
+# clipping gives a smaller, faster-recovering spike, but still a spike; at
+# `max_norm = 1.0` it fires on almost every step (clean grad norm 1 to 12), changing
+# the whole trajectory.
 #
-# Clipping is cheap insurance against a rare outlier gradient, and essential with
-# SGD-like optimizers; it is not a cure for the LR. With SGD, a clip that fires on
-# every step effectively *sets* the step size, so the clip value becomes part of
-# the learning rate. With AdamW it does not (the five-step experiment above: a
-# common factor cancels in `m / √v`); a clip that fires on every step instead
-# reweights the steps against each other, the large-gradient ones counting less in
-# `m` and `v`. Either way, log how often it fires.
+# Clipping is cheap insurance against rare outlier gradients, essential with SGD-like
+# optimizers, no cure for the LR. A clip firing every step *sets* SGD's step size (the
+# clip value joins the LR) and reweights AdamW's steps, large-gradient ones counting
+# less in `m` and `v`. Log how often it fires.
 #
 # ## 5. The spike detector, and when to leave a spike alone
-# nanlab's guard has a loss-spike detector (损失尖峰检测): a running z-score over
-# the last 20 finite losses, firing when a loss is more than 6 standard deviations
-# *above* the window mean and at least 1.5x it (OLMo-core skips a step at 6 sigma
-# over 128 steps; Megatron-LM flags a loss 10x the early maximum). What should it
-# *do* on `lr_jump`? Two options: **skip** the update of the spiking step, or
-# **recover**: roll back to the last checkpoint before it, skip the batches
-# around it, and cut the LR if the failure comes back (PaLM's recipe, plus the
-# article's LR ÷ 10).
+# nanlab's guard has a loss-spike detector (损失尖峰检测): a running z-score over the last
+# 20 finite losses, firing at a loss over 6 sigma *above* the window mean and at least
+# 1.5x it (OLMo-core skips a step at 6 sigma over 128 steps; Megatron-LM flags a loss
+# 10x the early maximum). On `lr_jump`, should it **skip** the spiking step's update,
+# or **recover**: roll back to the last checkpoint before it, skip the batches around
+# it, and cut the LR if the failure returns (PaLM's recipe, plus the article's LR
+# ÷ 10)?
 
 # %%
 skip_guard = Guard("skip", spike="skip")
@@ -701,36 +636,30 @@ fig = plot_compare({"leave it alone": jump.record, "Guard: skip the spike": skip
                     "Guard: recover (roll back)": recovered.record}, grad_norm=False)
 
 # %% [markdown]
-# The loss curve of the recover run shows what the guard did: the grey dashed
-# branch is what it rolled back, the shaded spans where it went back to.
+# Grey dashed: what the guard rolled back; shaded: where it went back to.
 
 # %%
 fig = plot_loss(recovered.record, title="lr_jump with Guard('recover', spike='recover')")
 
 # %% [markdown]
-# Neither action helped, and the reasons are worth an interview answer:
+# Why did neither beat leaving the spike alone?
 #
-# - **Skip comes one step too late.** The spike at step 101 is the *result* of the
-#   update of step 100 (section 1a). Dropping update 101 throws away one good
-#   update and leaves the damage in place.
-# - **Rolling back replays the glitch.** The checkpoint of step 100 is from just
-#   before the bad update, but the learning rate is a function of the step
-#   number: the replayed step 100 gets the same 10x LR and spikes again. Skipping
-#   batches cannot help; the data was never the cause. The guard sees the failure
-#   come back, goes back one checkpoint further, cuts the LR to a tenth, and the
-#   rest of the run learns slowly at the cut LR: it ends worse than doing nothing.
+# - **Skip comes one step late**: the spike at step 101 *results* from update 100
+#   (section 1a); dropping update 101 discards a good one.
+# - **Rollback replays the glitch**: the LR depends on the step number, so the
+#   replayed step 100 gets the same 10x LR and spikes again (skipping batches cannot
+#   help: the data was never the cause). The guard goes back one more checkpoint and
+#   cuts the LR to a tenth; the run then learns slowly.
 #
-# So a spike the model recovers from by itself is often best **left alone**:
-# log it, alert on it, find its cause (here the scheduler), and act only if the
-# loss does not come back down, or the spikes repeat. PaLM 540B, with about 20
-# spikes, restarted about 100 steps before each and skipped 200 to 500 batches; the
-# same batches did not spike when replayed from an earlier state, so data and model
-# state *together* caused them. Rollback plus data skipping is for that kind of
-# spike, and for NaN (after a NaN the weights are garbage and there is nothing to
-# recover from but a checkpoint).
+# A spike the model recovers from alone is often best **left alone**: log and alert on
+# it, find its cause (here the scheduler), and act only if the loss stays up or spikes
+# repeat. PaLM 540B, with about 20 spikes, restarted about 100 steps before each and
+# skipped 200 to 500 batches; replayed from an earlier state, the same batches did not
+# spike, so data and model state *together* caused them. Rollback plus data skipping
+# is for such spikes, and for NaN (then only a checkpoint is left).
 #
 # ## 6. Practice
-# Answer, then press **Check**. **Hint** reveals one hint at a time.
+# Answer, then press **Check**; **Hint** reveals one hint at a time.
 
 # %%
 from nanlab.course import FreeText, KeyPoint, MultipleChoice, RootCause
@@ -824,23 +753,12 @@ FreeText(
 
 # %% [markdown]
 # ## Summary
-# - A learning rate that is too high shows up three ways: a **spike** that
-#   recovers (one bad update), a **divergence** that stays finite and never
-#   learns (no NaN alarm fires), and a **NaN** when the divergence meets fp16's
-#   range.
-# - A spike at step *t* points at the **update of step t − 1**: read the LR and
-#   grad-norm columns of the record one row up.
-# - **AMP off removing the NaN is a hint, not proof**: in fp32 the same run
-#   diverged (loss stuck above 2.5). LR ÷ 10, with fp16 kept, trained normally: that is the
-#   cause, proven with the same seed at the same step.
-# - AdamW's first steps move every weight by about the full LR: **warmup** keeps
-#   them small until the second-moment estimate means something; same peak LR,
-#   with and without 20 warmup steps, is the difference between learning and not.
-# - **Clipping** rescales gradients: it caps SGD's step, but AdamW's update is
-#   invariant to it; it does not cure a high LR.
-# - A spike the model recovers from alone may be **best left alone**: skipping
-#   comes one step late, and rolling back replays a schedule bug. Log it, find the
-#   cause, and roll back for NaN or for spikes that do not recover.
+# - Too high an LR: a **spike**, a finite **divergence**, or in fp16 a **NaN**; a
+#   spike at step *t* points at **update t − 1**.
+# - **AMP off removing a NaN is a hint, not proof** (fp32 diverged, loss above 2.5);
+#   LR ÷ 10 in fp16 cured it.
+# - **Warm up** AdamW; **clipping** caps SGD's step, not AdamW's; a spike the model
+#   recovers from may be **best left alone**.
 #
 # Your progress:
 

@@ -627,9 +627,9 @@ print("every activation below 1000 (nothing near an overflow):",
 # float's maximum.
 #
 # Both stall without a NaN: suspects for a finite run stuck at ln(vocab), not for
-# a NaN. The modern block cures both: residual
-# connections (a path around the activation), LayerNorm, and GELU instead of a
-# saturating or hard-zero nonlinearity.
+# a NaN. The modern block cures both: residual connections (a path around the
+# activation), LayerNorm, and GELU instead of a saturating or hard-zero
+# nonlinearity.
 #
 # Only **dead or saturating** activations were tested, so do not conclude that
 # activation choice never causes NaN. **Unbounded or multiplicative** ones can

@@ -22,35 +22,19 @@
 # %% [markdown]
 # # Lab 06 · Norms and softmax: tiny eps, naive softmax, QK-norm, z-loss
 #
-# Two small formulas sit in every Transformer layer: the **LayerNorm** (层归一化)
-# `(x − mean) / sqrt(var + eps)` and the **softmax** `exp(x) / Σ exp(x)`. Each has one
-# place where the arithmetic can break: a division by zero and an exponential
-# that overflows (上溢). In this lab:
+# Two small formulas in every Transformer layer can break: the **LayerNorm**
+# (层归一化) can divide by zero, the **softmax**'s exponential can overflow (上溢).
+# Also measured: **QK-LayerNorm** and **z-loss**, two methods large runs use today
+# that the article does not mention.
 #
-# 1. **eps** (数值稳定项): a row with no variance through LayerNorm, eps = 0, tiny
-#    eps, fp32 and fp16; you write a safe norm;
-# 2. **the `tiny_eps` fault**: padding tokens meet an embedding LayerNorm with eps
-#    = 0; `locate` finds the 0 / 0, and the cure is proven with the same seed;
-# 3. **softmax by hand**: where `exp` overflows in fp16 (11.09) and fp32 (88.7),
-#    and the stable version; you write it;
-# 4. **the `softmax_overflow` fault**: an attention score passes 11.09 in fp16;
-#    `locate` shows the inf first, the NaN one op later (claim B1);
-# 5. **three fixes, measured**: stable softmax, **QK-LayerNorm** and **z-loss**, two
-#    methods that large runs use today and the article does not mention; which
-#    one cures what;
-# 6. **positions past 65504**: a sinusoidal encoding in pure fp16, and why "bf16
-#    fixed it" is only half the story;
-# 7. **LayerNorm init**, honestly;
-# 8. **practice**.
-#
-# CPU only, about 45 minutes; the runs take a few seconds each. Cells marked
+# CPU only, about 45 minutes; the runs take seconds. Cells marked
 # `# YOUR CODE HERE` are yours; the cell after each one checks it.
 
 # %% [markdown]
 # ## Setup
-# Every run is the toy Transformer of Lab 00 on the counting task, seed 0, with one
-# fault switched on. To keep the lab fast, most runs are the first 60 steps of the
-# usual 200-step run (`steps=60, decay_steps=200` keeps the 200-step schedule).
+# Every run is Lab 00's toy Transformer on the counting task, seed 0, with one fault
+# switched on. Most runs are the first 60 steps of the usual 200-step schedule
+# (`steps=60, decay_steps=200`).
 
 # %%
 import math
@@ -75,16 +59,13 @@ print(f"exp(x) overflows fp16 above x = {FP16_EXP_LIMIT:.2f}, fp32 and bf16 abov
 # %% [markdown]
 # ## 1. LayerNorm's eps: a row with no variance
 #
-# LayerNorm subtracts the row mean and divides by the row's standard deviation.
-# A row whose entries are all equal has variance 0, and then everything hangs on
-# `eps`: `0 / sqrt(0 + eps)` is 0 when eps > 0, and `0 / 0` = NaN when eps = 0.
-# Such rows are not exotic: the embedding of a **padding token** (填充符) is often
-# a row of zeros (`nn.Embedding(padding_idx=...)` keeps it at zero).
-#
-# Two implementations, two precisions. `F.layer_norm` is PyTorch's fused op;
-# the "manual" one is the line many codebases (and many RMSNorm implementations)
-# write by hand, `(x − mean) / torch.sqrt(var + eps)`, with every op in the input's
-# dtype (`nanlab.model.LayerNorm(..., impl="manual")`).
+# A row of equal entries has variance 0, so all hangs on `eps` (数值稳定项):
+# `0 / sqrt(0 + eps)` is 0 when eps > 0, and `0 / 0` = NaN when eps = 0. A
+# **padding token** (填充符) often embeds as such a row of zeros
+# (`nn.Embedding(padding_idx=...)` keeps it at zero). Compare the fused
+# `F.layer_norm` with the hand-written line of many codebases (and RMSNorm
+# implementations), `(x − mean) / torch.sqrt(var + eps)` in the input's dtype
+# (`nanlab.model.LayerNorm(..., impl="manual")`):
 
 # %%
 pad_row = torch.zeros(1, 64)  # a padding token's embedding: variance 0
@@ -114,20 +95,14 @@ print("fp16, manual norm, eps = 1e-5: 0:", table[(torch.float16, 1e-5)][1] == 0.
 print("1e-8 in fp16 is exactly 0:", torch.tensor(1e-8, dtype=torch.float16).item() == 0.0)
 
 # %% [markdown]
-# Three lessons:
+# Why: fp16's smallest positive number is about 6e-8, so a norm computing in fp16
+# rounds 1e-8 and 1e-12 to 0, and eps = 0 is NaN in any precision; 1e-5 survives
+# (as 1.0014e-5, a subnormal). `F.layer_norm` computes mean and variance in fp32
+# inside, even for fp16 input (and on CUDA, autocast runs `layer_norm` in fp32
+# altogether). In fp32 any eps > 0 works.
 #
-# - **eps = 0 is the bug**, in any precision: `0 / sqrt(0)` = `0 / 0` = NaN.
-# - **A tiny eps is fine in fp32.** 1e-12 is a perfectly good eps for a row of
-#   zeros in fp32; the exact value hardly matters as long as it is > 0.
-# - **In fp16, a tiny eps becomes eps = 0**, but only in a norm that does its
-#   arithmetic in fp16. fp16's smallest positive number is about 6e-8, so 1e-8
-#   and 1e-12 round to exactly 0. `F.layer_norm` is safe because it computes the
-#   mean and variance in fp32 inside, even for fp16 input (and on CUDA, autocast
-#   runs `layer_norm` in fp32 altogether). The hand-written norm is not. 1e-5
-#   survives (as 1.0014e-5, a subnormal).
-#
-# The hand-written fp16 norm has a second trap, at the other end of the range:
-# the variance of a row with values around 300 is about 90 000, past fp16's 65504.
+# A second fp16 trap: a row with values around 300 has a variance of about 90 000,
+# past fp16's 65504.
 
 # %%
 torch.manual_seed(0)
@@ -141,9 +116,8 @@ print("F.layer_norm of the same fp16 row, largest |output|:",
 
 
 # %% [markdown]
-# `var` overflows to inf, `x / sqrt(inf)` = 0: the whole row is silently zeroed.
-# No NaN, no warning, just a layer that stops passing information. Both traps have
-# the same cure: **compute the statistics in fp32** and cast back at the end.
+# `var` overflows to inf and `x / sqrt(inf)` = 0: the row is silently zeroed. One
+# cure for both traps: **compute the statistics in fp32**, cast back at the end.
 #
 # **Exercise 1 · a safe layer norm.** Write `safe_layer_norm(x, eps)`: normalise
 # `x` over its last dimension, `(x − mean) / sqrt(var + eps)` with the biased
@@ -189,12 +163,10 @@ check("safe_layer_norm",
 # %% [markdown]
 # ## 2. The `tiny_eps` fault: padding meets eps = 0
 #
-# Now the same 0 / 0 inside a training run. The fault `tiny_eps` builds the setup
-# where it bites in practice: a **LayerNorm straight after the token embedding**
-# (BLOOM has one, to stabilise training), eps = 0, and **padded batches**: a
-# quarter of the sequences are short and padded at the end with token 32, whose
-# embedding row is all zeros. The padded positions are masked out of the loss, so
-# they "should not matter". fp32 throughout.
+# `tiny_eps` puts a **LayerNorm right after the token embedding** (BLOOM has one,
+# to stabilise training), with eps = 0, and pads a quarter of the sequences at the
+# end with token 32, whose embedding is all zeros; padded positions are masked out
+# of the loss. fp32 throughout.
 
 # %%
 eps0 = run_fault("tiny_eps", steps=5, stop_when_poisoned=True)
@@ -208,9 +180,8 @@ print("every padded position masked out of the loss:",
 print("loss of step 0:", eps0.record.losses()[0])
 
 # %% [markdown]
-# NaN at the very first step, although every padded position is masked out of the
-# loss. Which module made it? `locate` replays the step with a hook on every module
-# and a check on the result of every op:
+# NaN at step 0, despite the mask. `locate` replays the step, hooking every module
+# and checking every op:
 
 # %%
 loc_eps = locate(eps0.trainer)
@@ -225,16 +196,14 @@ print("one NaN per padded row entry (64 per token):", op.nan == 64 * n_pad)
 print("inf and NaN first appear in the same op:", loc_eps.inf_before_nan is None)
 
 # %% [markdown]
-# Read the counts. `aten.native_layer_norm` returns three tensors: the output, the
-# row means and `rstd = 1 / sqrt(var + eps)`. For each padding token `rstd` is
-# `1 / sqrt(0)` = **+inf** (one per token), and the output is `(x − mean) · rstd` =
-# `0 · inf` = **NaN** (64 per token). Inf first, NaN one multiplication later,
-# both inside the one fused op, so `locate` sees them together.
+# `aten.native_layer_norm` returns the output, the row means and
+# `rstd = 1 / sqrt(var + eps)`. A padding token's `rstd` is `1 / sqrt(0)` = **+inf**,
+# and its output `(x − mean) · rstd` is `0 · inf` = **NaN**: inf, then NaN, in one
+# fused op, so `locate` sees them together.
 #
-# How does a NaN at a *padded* position reach the loss, which only reads real
-# positions? The padding sits at the end of each sequence, and the causal mask
-# gives every later position an attention weight of exactly 0. But `att @ v` still
-# multiplies those zeros by the padded values, and **0 · NaN is NaN**:
+# How does a padded NaN reach the loss? The causal mask gives padded (later)
+# positions an attention weight of exactly 0, but `att @ v` still multiplies those
+# zeros by the padded values:
 
 # %%
 weights = torch.tensor([[1.0, 0.0]])  # attention: all on the real token, none on the pad
@@ -243,14 +212,13 @@ print("att @ v =", (weights @ values).item())
 print("0 * nan =", 0.0 * math.nan)
 
 # %% [markdown]
-# A mask hides a value from the *result* only when the masked value is finite.
-# (This is also why a stable softmax writes `-inf` into the scores, and `exp(-inf)`
-# = 0, instead of multiplying the probabilities by a 0/1 mask afterwards: fine for
-# finite numbers, not for NaN.)
+# A mask hides only finite values from the *result*. (Hence a stable softmax puts
+# `-inf` in the scores, `exp(-inf)` = 0, rather than multiplying probabilities by a
+# 0/1 mask.)
 #
 # ### The cure, proven with the same seed
-# The fix `norm_eps` sets eps = 1e-5. One change, same seed, same data. As a
-# second witness we run eps = 1e-12, the "too small" eps of the section title:
+# The fix `norm_eps` sets eps = 1e-5 (same seed and data); a second witness runs
+# eps = 1e-12, the section title's "too small" eps:
 
 # %%
 cured = run_fault("tiny_eps", fixes=["norm_eps"], **SHORT)
@@ -276,24 +244,17 @@ fig = plot_compare({"eps = 0 (tiny_eps)": eps0.record,
 
 
 # %% [markdown]
-# The eps = 0 run is NaN from step 0 (its line is the vertical marker); both
-# positive eps values train, and their curves lie on top of each other. So the
-# claim "a LayerNorm eps that is too small gives NaN" needs sharpening: in fp32 the
-# danger is **eps = 0** (a config that sets it, or a norm written without one);
-# in fp16 it is **any eps below about 6e-8 in a norm that computes in fp16**, which
-# is eps = 0 in disguise.
-#
-# (This model, with an embedding LayerNorm and padded batches, learns more slowly
-# than the baseline of the other labs: compare its loss at step 59 with the clean
-# run's in section 5. Both eps values agree, so that is the configuration, not the
-# fix.)
+# So "a LayerNorm eps that is too small gives NaN" needs sharpening: in fp32 the
+# danger is **eps = 0** (set by a config, or a norm written without one); in fp16 it
+# is **any eps below about 6e-8 in a norm that computes in fp16**, eps = 0 in
+# disguise. (Both learn slower than section 5's clean run: the configuration, not
+# the fix.)
 #
 # ## 3. Softmax by hand: naive against stable
 #
-# The softmax of a row `x` is `exp(x_i) / Σ_j exp(x_j)`. Written literally, it
-# computes `exp` of every raw score. Subtracting the row maximum first changes
-# nothing mathematically (the factor `exp(−max)` cancels) and makes every `exp`
-# at most 1. Compare them on the row `[x, 0]` as `x` grows, in the three formats:
+# Subtracting the row maximum before `exp(x_i) / Σ_j exp(x_j)` changes nothing
+# mathematically (`exp(−max)` cancels) and keeps every `exp` ≤ 1. Naive and stable,
+# on the row `[x, 0]` as `x` grows:
 
 # %%
 def naive_softmax(x):
@@ -333,19 +294,15 @@ print("stable fp16: finite for every x, even 1000:",
 
 
 # %% [markdown]
-# The naive softmax is NaN, not inf: `exp(x)` overflows to inf, the sum is inf,
-# and `inf / inf` = NaN. In fp16 that happens as soon as one score passes **11.09**
-# (`ln 65504`), a very ordinary number for an attention score or a logit. In fp32
-# and bf16 (the same 8 exponent bits) the limit is **88.7**.
-#
-# The stable version never overflows: after subtracting the max, the largest
-# `exp` is `exp(0) = 1`. What it *can* still do is underflow: a score far below
-# the max gets probability exactly 0, which is the right answer to fp16's precision.
-# This is what `torch.softmax`, `F.cross_entropy` and every fused attention kernel
-# do inside.
+# Naive: `exp` and the sum overflow, and `inf / inf` = NaN. In fp16 that takes a
+# score past **11.09** (`ln 65504`), an ordinary attention score or logit; in fp32
+# and bf16 (the same 8 exponent bits), past **88.7**. The stable version can only
+# underflow, to probability exactly 0, the right answer at fp16's precision.
+# `torch.softmax`, `F.cross_entropy` and every fused attention kernel do this
+# inside.
 #
 # **Exercise 2 · a stable softmax.** Write `stable_softmax(x)` over the last
-# dimension, in `x`'s own dtype (no casting to fp32: the point is that it survives
+# dimension, in `x`'s own dtype (no cast to fp32: the point is that it survives
 # fp16). It must handle `-inf` entries (the causal mask) too.
 
 # %%
@@ -382,12 +339,10 @@ check("stable_softmax", lambda: stable_softmax(LOGITS), test=softmax_test,
 # %% [markdown]
 # ## 4. The `softmax_overflow` fault: inf first, then NaN
 #
-# The toy model's attention is written out by hand, so its softmax can be switched
-# to the naive one. The fault `softmax_overflow` does that under fp16 autocast
-# (with the usual GradScaler) at LR 0.01: as the model learns, its attention
-# sharpens and the scores `q · k / sqrt(d)` grow. A small callback records the
-# largest attention score of every step, as the softmax sees it (after the causal
-# mask).
+# `softmax_overflow` switches the toy's hand-written attention to the naive softmax,
+# under fp16 autocast (with the usual GradScaler) at LR 0.01, where the scores
+# `q · k / sqrt(d)` grow as attention sharpens. A callback records each step's
+# largest score, after the causal mask.
 #
 # The naive softmax runs with autocast switched off for it and no cast to fp32, so
 # its `exp` sees the fp16 scores of the `q @ k` matmul on any device, CPU or CUDA.
@@ -433,10 +388,8 @@ print("a score above 11.09 at that step:", top[bad] > FP16_EXP_LIMIT)
 print("that step's update skipped by the GradScaler:", naive.record.steps[bad]["skipped"])
 
 # %% [markdown]
-# The step that goes non-finite is exactly the first step with a score past 11.09.
-# The GradScaler skips that update (the gradients are NaN), but it cannot help: the
-# overflow is in the forward pass, not a gradient that was scaled too far.
-# Now `locate`, op by op:
+# The GradScaler skips that step (its gradients are NaN) but cannot help: the
+# overflow is in the forward pass. Now `locate`, op by op:
 
 # %%
 loc_soft = locate(naive.trainer)
@@ -451,12 +404,10 @@ print("first NaN made by:", loc_soft.first_nan.op)
 print("inf came before NaN:", loc_soft.inf_before_nan)
 
 # %% [markdown]
-# **Inf first, NaN second** (claim B1, 先出现 inf，再出现 NaN). `aten.exp` makes a
-# handful of `+inf` values; the very next op, `aten.div`, turns each into NaN
-# (`inf / inf`), and from there the NaN spreads through `att @ v`, the residual
-# stream and the loss. This is the usual order: arithmetic overflows to inf, and
-# inf is then turned into NaN by one of three operations. The faults of this lab
-# each used one:
+# **Inf first, NaN second** (claim B1, 先出现 inf，再出现 NaN): `aten.exp` makes
+# `+inf`, the next op, `aten.div`, makes NaN (`inf / inf`), which spreads through
+# `att @ v`, the residual stream and the loss. Each fault of this lab used one of
+# three inf-to-NaN operations:
 
 # %%
 inf = torch.tensor(math.inf)
@@ -466,27 +417,22 @@ print("inf / inf =", (inf / inf).item(), "  (the naive softmax: exp / sum)")
 print("sin(inf)  =", torch.sin(inf).item(), "  (section 6)")
 
 # %% [markdown]
-# So when a log shows NaN, look for the inf one step earlier in the chain: the inf
-# says *what grew too large* (here: an attention score), and that is where the
-# fix goes. `locate` answers it in one replay; `torch.autograd.detect_anomaly`
-# would not, because it watches only the backward pass.
+# Behind a NaN, find the inf one step earlier: it shows *what grew too large*
+# (here an attention score), where the fix goes. `locate` finds it in one replay;
+# `torch.autograd.detect_anomaly` watches only the backward pass.
 #
 # ## 5. Three fixes, measured: stable softmax, QK-LayerNorm, z-loss
 #
-# Three candidate cures, each a one-line change (`nanlab.faults.fixes`):
+# - **`stable_softmax`**: subtract the row max (section 3);
+# - **`qk_norm`** (QK-LayerNorm): a LayerNorm on each head's queries and keys before
+#   `q · k`, used by large runs since Dehghani et al. 2023 (ViT-22B); Wortsman et
+#   al. 2023 found that runs whose attention logits grew past about 1e4 diverged,
+#   and that QK-LayerNorm prevents that growth;
+# - **`z_loss`**: an extra loss `1e-4 · (log Z)²`, `Z = Σ exp(logit)` being the
+#   **output** layer's softmax normaliser (PaLM).
 #
-# - **`stable_softmax`**: subtract the row max, as in section 3;
-# - **`qk_norm`** (QK-LayerNorm): a LayerNorm on the queries and on the keys of each
-#   head, before `q · k`. Used by large runs since Dehghani et al. 2023 (ViT-22B)
-#   and studied by Wortsman et al. 2023, who found that runs whose attention logits
-#   grew past about 1e4 diverged, and that QK-LayerNorm prevents that growth;
-# - **`z_loss`**: an extra loss term `1e-4 · (log Z)²`, with `Z = Σ exp(logit)` the
-#   softmax normaliser of the **output** layer (PaLM).
-#
-# Same seed, 60 steps each. The fixed runs keep everything else of the fault
-# (fp16, LR 0.01); the clean run (fp32, stable softmax, the baseline LR 5e-3) is
-# the yardstick for the loss. The z-loss run needs only the first 30 steps to
-# answer its question.
+# One-line fixes (`nanlab.faults.fixes`), same seed, fp16 and LR 0.01, 60 steps
+# (z-loss 30); the clean run (fp32, stable softmax, LR 5e-3) is the yardstick.
 
 # %%
 scores.update({"clean (fp32)": {}, "stable_softmax": {}, "qk_norm": {}})
@@ -515,8 +461,7 @@ print("z_loss: first non-finite step the same as without a fix:",
       fixed["z_loss"].record.first_nonfinite_step == bad)
 
 # %% [markdown]
-# Two cures and one non-cure, and the largest attention score of every step shows
-# why:
+# Each step's largest attention score shows why:
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 3.5), layout="constrained")
@@ -544,32 +489,22 @@ print("qk_norm: every score stays below 11.09:",
 
 
 # %% [markdown]
-# - **stable_softmax** does nothing to the scores: at LR 0.01 they keep growing,
-#   several times past 11.09, and nothing breaks, because `exp` only ever sees
-#   `x − max ≤ 0`. The loss follows the clean run. This is the real fix for this
-#   bug, and the one a fused attention kernel gives you for free.
-# - Note the clean run's scores: at the baseline LR they stay small. The higher LR
-#   is what grows the attention logits; this is, at toy scale, the attention-logit
-#   growth Wortsman et al. saw in large runs at high learning rates.
-# - **qk_norm** attacks that growth itself: with q and k each normalised to a
-#   fixed length, `q · k / sqrt(d)` can be at most about `sqrt(d)` = 4 here (head
-#   size 16), times the learned norm gains, so the scores stay below 11.09 even
-#   with the naive softmax and LR 0.01. It also reached a lower loss than the
-#   stable-softmax run at the same LR. At scale this is the point: QK-LayerNorm
-#   keeps attention logits bounded at high learning rates, whatever the softmax
-#   implementation.
-# - **z_loss** changes nothing here: the first NaN is at the same step. It acts on
-#   the output layer's normaliser, not on attention. A fix aimed at the wrong
-#   tensor is no fix, which is why `locate`'s answer ("attention softmax", not
-#   "loss") matters before choosing one.
+# - **stable_softmax** leaves the scores alone: they pass 11.09 several times over,
+#   harmlessly, since `exp` only sees `x − max ≤ 0`: the real fix, free in a fused
+#   attention kernel.
+# - **qk_norm** stops the growth that the high LR causes (the clean run's scores
+#   stay small; Wortsman et al. saw it in large runs): `q · k / sqrt(d)` of
+#   normalised q and k is at most about `sqrt(d)` = 4 here (head size 16) times the
+#   learned norm gains, below 11.09 even with the naive softmax. At scale it bounds
+#   attention logits at a high LR, whatever the softmax.
+# - **z_loss** changes nothing: it acts on the output layer's normaliser, not on
+#   attention. Check `locate`'s answer first ("attention softmax", not "loss").
 #
 # ### What z-loss does act on
-# The z-loss pulls `log Z` of the output softmax towards 0. Cross-entropy only
-# cares about the *differences* between logits, so without it the whole logit
-# vector can drift upwards, and `log Z` with it: the quantity that overflowed the
-# hand-written fp16 loss of Lab 04 at 11.09. Watch `log Z` (the largest over the
-# batch, computed in fp32) in the clean fp32 run, with PaLM's weight 1e-4, and
-# with a weight 100x larger:
+# Cross-entropy sees only *differences* between logits, so the whole logit vector,
+# and `log Z`, can drift upwards: the quantity that overflowed Lab 04's hand-written
+# fp16 loss at 11.09. z-loss pulls `log Z` towards 0. The batch's largest `log Z`
+# (fp32) in the clean run: no z-loss, PaLM's 1e-4, 100x that:
 
 # %%
 def watch_log_z(store):
@@ -609,20 +544,16 @@ print("weight 1e-2: log Z at step 59 more than 2 below no z-loss:",
 
 
 # %% [markdown]
-# Honest reading: z-loss does what it says, it holds `log Z` down, but **at PaLM's
-# weight of 1e-4 it makes no visible difference in 60 steps of this toy run**;
-# only a weight around 1e-2 bends the curve. PaLM used 1e-4 over hundreds of
-# thousands of steps, where a slow drift has time to matter. Its job is to keep
-# the output logits from drifting over a long run (Wortsman et al. saw
-# output-logit divergence without weight decay, and z-loss fixed it), not to
-# rescue a run in a few steps. (Try it on Lab 04's fault yourself:
-# `run_fault("fp16_overflow", z_loss=...)`, about 10 s per run, with `steps=140,
-# decay_steps=200`.)
+# 1e-4 barely moves `log Z` here. PaLM used it over hundreds of thousands of steps,
+# to stop the output logits drifting over a long run (Wortsman et al. saw
+# output-logit divergence without weight decay, and z-loss fixed it), not to rescue
+# a run in a few steps. (Try Lab 04's fault: `run_fault("fp16_overflow",
+# z_loss=..., steps=140, decay_steps=200)`, about 10 s a run.)
 #
 # **Exercise 3 · the z-loss term.** Write `z_loss_term(logits, weight)`: for each
 # row of `logits` (the last dimension is the vocabulary), `log Z` =
 # `log Σ exp(logits)`; return `weight` times the mean of `(log Z)²`. The logits may
-# be fp16 and large: compute `log Z` so that it cannot overflow, in fp32.
+# be fp16 and large: compute `log Z` in fp32, so that it cannot overflow.
 
 # %%
 def z_loss_term(logits, weight=1e-4):
@@ -655,12 +586,10 @@ check("z_loss_term", lambda: z_loss_term(Z_LOGITS, 1e-4), test=z_test,
 # %% [markdown]
 # ## 6. Positions past 65504 (`position_overflow`)
 #
-# The article lists positional-encoding overflow among the structural causes of
-# NaN. Where does it really come from? A sinusoidal encoding computes
-# `sin(pos · ω)` and `cos(pos · ω)` from the position id. A model that streams
-# long documents and keeps counting positions across windows reaches large ids,
-# and in a **pure-fp16** model (weights and activations `.half()`, no autocast)
-# the id itself is cast to fp16. Look at the numbers first:
+# The article lists positional-encoding overflow among structural causes of NaN. A
+# sinusoidal encoding takes `sin` and `cos` of `pos · ω`, from the position id. A
+# model streaming long documents, counting positions across windows, reaches large
+# ids, and a **pure-fp16** model (`.half()`, no autocast) casts the id to fp16:
 
 # %% tags=["nbval-check-output"]
 positions = torch.arange(32) + 70_000  # one window, deep into a long stream
@@ -674,14 +603,12 @@ for name, dtype in DTYPES.items():
           f"encoding finite: {bool(torch.isfinite(pe).all())}")
 
 # %% [markdown]
-# - **fp16**: 70000 is past 65504, the id becomes inf, and `sin(inf)` is NaN.
-# - **bf16**: no overflow (fp32's range), but only 8 bits of precision: near 70000
-#   bf16 can only represent multiples of 512, so all 32 positions of the window
-#   round to **the same number**, 70144. Finite, and silently useless: every
-#   position gets the same encoding.
+# - **fp16**: past 65504 the id is inf, and `sin(inf)` is NaN.
+# - **bf16**: fp32's range, but 8 bits of precision: near 70000 only multiples of
+#   512 exist, so the window gets one encoding. Finite, silently useless.
 # - **fp32**: exact.
 #
-# Now the fault in a run (pure fp16), and `locate`:
+# The fault in a run (pure fp16), and `locate`:
 
 # %%
 pos16 = run_fault("position_overflow", steps=3, stop_when_poisoned=True)
@@ -696,11 +623,9 @@ print("it is +inf:", loc_pos.first_op.posinf > 0 and loc_pos.first_op.nan == 0)
 print("inf came before NaN:", loc_pos.inf_before_nan)
 
 # %% [markdown]
-# Inf first again: the cast `aten._to_copy` makes the inf, `sin` and `cos` make
-# the NaN. The fault's registered cure is `bf16`: bf16 autocast instead of a pure
-# fp16 model. It works, but check *why*: after the bf16 table above, it would be
-# surprising if bf16 itself gave usable positions. A hook on the encoding reports
-# the dtype it is computed in:
+# Inf first again: `aten._to_copy` (the cast) makes the inf, `sin` and `cos` the
+# NaN. The registered cure is bf16 autocast instead of pure fp16. Given the bf16
+# table, why would that work? A hook reports the encoding's dtype:
 
 # %%
 pe_dtype = {}
@@ -727,27 +652,23 @@ print("the encoding was computed in fp32, not bf16:",
       set(pe_dtype.values()) == {torch.float32})
 
 # %% [markdown]
-# **The myth check.** "bf16 fixed the positional overflow" is true of the NaN and
-# misleading about the cause. Under autocast the weights stay fp32, the embedding
-# lookup returns fp32, and the model computes the encoding in the dtype of that
-# embedding, so the positions were exact fp32 numbers. bf16's wide range played no
-# part; had the model been cast to bf16 outright (`model.bfloat16()`), the NaN
-# would be gone and all 32 positions would be 70144: no error, a worse model, and
-# nothing in the loss curve to say why.
+# **The myth check.** "bf16 fixed the positional overflow" is true of the NaN,
+# misleading about the cause: under autocast the weights, the embedding lookup and
+# so the encoding stay fp32; bf16's range played no part. With `model.bfloat16()`
+# the NaN would be gone and all 32 positions would be 70144: no error, a worse
+# model, nothing in the loss curve.
 #
-# The robust fix is to **compute positions in fp32 whatever the model's dtype**
-# (what careful RoPE implementations do), or to keep position ids small (reset them
-# per window; relative encodings). And the claim as the article states it needs
-# its condition: positional encodings overflow only where a position id (or
-# `pos · ω`) is held in fp16.
+# The robust fix: **compute positions in fp32 whatever the model's dtype** (as
+# careful RoPE implementations do), or keep position ids small (reset them per
+# window; relative encodings). The claim needs its condition: positional encodings
+# overflow only where a position id (or `pos · ω`) is held in fp16.
 #
 # ## 7. LayerNorm init: an honest note
 #
-# The article also lists LayerNorm (and BatchNorm) initialisation as a cause of
-# NaN. The standard init, gain 1 and bias 0, cannot cause one: LayerNorm's output
-# is bounded whatever its input's scale, `|y| ≤ sqrt(d − 1)` per entry for gain 1.
-# That is why LayerNorm is the cure for badly scaled activations, not a cause.
-# The bound holds until the input is so large that the variance itself overflows:
+# The article also blames LayerNorm (and BatchNorm) initialisation. Gain 1 and bias
+# 0 cannot cause NaN: the output is bounded, `|y| ≤ sqrt(d − 1)` per entry for gain
+# 1, whatever the input's scale (why LayerNorm cures badly scaled activations), as
+# long as the variance does not overflow:
 
 # %%
 torch.manual_seed(0)
@@ -765,13 +686,12 @@ print("output bounded for input scales 1e-3 to 1e18:",
 print("NaN at 1e20 (x² = 1e40 overflows fp32):", nan(largest[1e20]))
 
 # %% [markdown]
-# So LayerNorm by itself breaks in exactly two ways: **eps = 0 on a constant row**
-# (sections 1-2) and **an input so large that its square overflows** (past about
-# 1e19 in fp32, about 256 in a hand-written fp16 norm). A badly chosen *gain*
-# (initialised to 100, say) is just a large init: it scales the output like any
-# weight (the init lab's topic), and a gain of 0 silences the layer without a NaN.
-# BatchNorm divides by `sqrt(var + eps)` too (eps 1e-5 by default), so the same two
-# ways apply to it. In an interview: name the mechanism, not the module.
+# LayerNorm breaks in exactly two ways: **eps = 0 on a constant row** and **an
+# input whose square overflows** (past about 1e19 in fp32, about 256 in a
+# hand-written fp16 norm). A *gain* of 100 is a large init (the init lab's
+# topic); a gain of 0 silences the layer, no NaN. BatchNorm also divides by
+# `sqrt(var + eps)` (eps 1e-5 by default): the same two ways. In an interview,
+# name the mechanism, not the module.
 #
 # ## 8. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
@@ -888,26 +808,9 @@ FreeText(
 
 # %% [markdown]
 # ## Summary
-# - **LayerNorm's eps**: a row with variance 0 (a padding token's zero embedding)
-#   gives `0 / sqrt(0 + eps)`. eps = 0 is NaN in any precision; a tiny eps (1e-12)
-#   is fine in fp32; in fp16 an eps below ~6e-8 *is* 0 in a norm that computes in
-#   fp16. `F.layer_norm` computes in fp32 inside; a hand-written norm should too.
-# - **The `tiny_eps` fault**: NaN at step 0 although the padded positions are masked
-#   out of the loss, because attention multiplies their NaN values by weight 0, and
-#   0 · NaN = NaN. `locate` named `embed_norm`, with one inf `rstd` per padding
-#   token. eps = 1e-5 (or 1e-12) cured it, same seed.
-# - **Softmax**: the naive `exp / sum` is NaN once a score passes 11.09 in fp16, 88.7
-#   in fp32 and bf16. Subtracting the row max makes every `exp` ≤ 1.
-# - **Inf first, then NaN** (B1): `exp` made the inf, `div` the NaN, one op later;
-#   the NaN-making ops are `inf − inf`, `0 · inf`, `inf / inf` (and `sin(inf)`).
-# - **Fixes, measured**: the stable softmax cures the attention overflow; QK-LayerNorm
-#   cures it by keeping the scores small; z-loss does not (it acts on the output
-#   logits' `log Z`, and at 1e-4 barely moves it in a short run).
-# - **Positions past 65504** are inf in pure fp16; bf16 autocast "cured" it because
-#   the encoding was then computed in fp32. In pure bf16 all 32 positions of a window
-#   would collapse to one value. Compute positions in fp32.
-# - **LayerNorm init** is not a NaN source: the output is bounded until the input's
-#   square overflows.
+# - Compute norm statistics in fp32; eps = 0 is NaN.
+# - Inf first, then NaN (B1): fix what grew.
+# - Stable softmax and QK-LayerNorm cure attention overflow; z-loss does not.
 #
 # Your progress:
 

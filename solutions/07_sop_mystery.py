@@ -22,30 +22,22 @@
 # %% [markdown]
 # # Lab 07 · The SOP (排查流程): by hand, with `diagnose`, then mystery runs
 #
-# Labs 02 to 04 each met one cause of a NaN and knew in advance which one it was. A
-# real incident does not come labelled. What you have is a record, a config and a
-# loss curve that went wrong; what you need is a **procedure** that goes from cheap
-# and common causes to expensive and rare ones, where every step is a controlled
-# experiment (对照实验) and not a guess. In this lab:
+# Unlike Labs 02 to 04, a real incident comes with no label on its cause: you need a
+# **procedure** from cheap, common causes to expensive, rare ones, each step a
+# controlled experiment (对照实验), not a guess. You run the SOP by hand on one NaN run
+# (manifest, first bad step, exact replay, then **data → AMP off → LR ÷ 10 → grad norms
+# → init / eps**), then with `diagnose`, which reports the root cause (根因), what it
+# ruled out and the fix it proved; then on two hidden faults (graded); then interview
+# practice.
 #
-# 1. **the SOP by hand** on one NaN run: read the manifest, find the first bad
-#    step, replay it exactly, then the five checks in order: **data → AMP off →
-#    LR ÷ 10 → grad norms → init / eps**; and why "the NaN is gone" is not yet a
-#    cure;
-# 2. **the same with `diagnose`**, which runs those checks as replays and writes
-#    the root cause (根因), what it ruled out and the fix it proved;
-# 3. **mystery runs** (graded): a fault drawn at random and hidden from you; you
-#    investigate and name its family;
-# 4. **practice** in interview form.
-#
-# CPU is enough; about 45 minutes. Cells marked `# YOUR CODE HERE` are yours; the
-# cell after each one checks it.
+# CPU is enough; about 45 minutes. Cells marked `# YOUR CODE HERE` are yours; the cell
+# after each one checks it.
 
 # %% [markdown]
 # ## Setup
-# Every run in this lab is the toy Transformer of Lab 00 on the counting task, seed 0,
-# **120 steps of the 200-step schedule** (`decay_steps=200`): the first 120 steps
-# of the full run, bit for bit, in less time. The clean run is the yardstick.
+# Every run is Lab 00's toy Transformer on the counting task, seed 0: the first **120
+# steps of the 200-step schedule** (`decay_steps=200`), bit for bit. The clean run is
+# the yardstick.
 
 # %%
 import math
@@ -70,9 +62,8 @@ print(f"clean run: loss {clean.record.losses()[0]:.2f} -> "
 
 # %% [markdown]
 # ## 1. The SOP by hand, on one NaN
-# The incident: a colleague's run trained well for a while, then its loss turned
-# non-finite and stayed that way. Here it is (in this section we know the fault,
-# `fp16_overflow`; in section 3 you will not).
+# The incident: a run trained well, then its loss went non-finite for good. Here we know
+# the fault, `fp16_overflow`; in section 3 you will not.
 
 # %%
 run = run_fault("fp16_overflow", **RUN)
@@ -82,12 +73,10 @@ fig = plot_loss(record, title="The incident: a loss that goes non-finite")
 
 # %% [markdown]
 # ### 1a. Read the manifest first
-# Before touching anything, read what the run *was*. Every nanlab run keeps a
-# **manifest**: the full config, the seed, the fault (if one was injected on
-# purpose), the library versions, the code commit and the device. Without it you
-# cannot replay the run, and without a replay every later step of the SOP is a
-# guess. The most useful view is the short one: **what differs from a known-good
-# config**.
+# First read what the run *was*: its **manifest** holds the config, seed, fault (if
+# injected on purpose), library versions, code commit and device. Without it there is no
+# replay, and without a replay every later step is a guess. Start with **what differs
+# from a known-good config**.
 
 # %%
 def config_changes(manifest):
@@ -116,20 +105,19 @@ print("changed from the baseline:", sorted(config_changes(m)))
 
 
 # %% [markdown]
-# Two changes beyond the run length: **fp16 mixed precision** and
-# `loss_impl="naive"`, a cross-entropy written by hand (as custom label-smoothing
-# or distillation losses often are). A config diff is not a diagnosis, but it tells
-# you which later SOP steps will matter. In a real team the manifest also needs
-# the **data version** (a dataset hash or snapshot id): here the data is generated
-# from the seed, so the seed is the data version.
+# Two changes beyond the run length: **fp16 mixed precision** and `loss_impl="naive"`, a
+# hand-written cross-entropy (as custom label-smoothing or distillation losses often
+# are). A config diff is not a diagnosis, but it says which SOP steps will matter. A
+# real team's manifest also needs the **data version** (a dataset hash or snapshot id);
+# here the seed is the data version (the data is generated from it).
 #
 # ### 1b. The first bad step
-# Everything after the first non-finite step is a consequence; the cause is at or
-# before it. So the first number to get is that step.
+# Everything after the first non-finite step is consequence; the cause is at or before
+# it.
 #
-# **Exercise 1.** Write `first_bad_step(losses)`: the index of the first loss that
-# is NaN or ±inf, or `None` when every loss is finite. `losses` may be a list or a
-# NumPy array; return a Python `int`.
+# **Exercise 1.** Write `first_bad_step(losses)`: the index of the first loss that is
+# NaN or ±inf, or `None` if all are finite. `losses` may be a list or a NumPy array;
+# return a Python `int`.
 
 # %%
 def first_bad_step(losses):
@@ -153,9 +141,9 @@ check("first_bad_step", lambda: [first_bad_step(c) for c in CASES],
       ])
 
 # %% [markdown]
-# nanlab's record has the same answer built in, `record.first_nonfinite_step`; it
-# also looks at the global grad norm, which can go non-finite a step before the
-# loss does. Now read the rows around that step.
+# The record has it built in, `record.first_nonfinite_step`, which also watches the
+# global grad norm (it can go non-finite a step before the loss). The rows around that
+# step:
 
 # %%
 bad = record.first_nonfinite_step
@@ -176,14 +164,11 @@ print("the loss scale fell below 1 while the loss stayed non-finite:",
 print("loss at the step before it below 1.0:", record.steps[bad - 1]["loss"] < 1.0)
 
 # %% [markdown]
-# A healthy, learning run (loss well under 1) that breaks at one step and never
-# recovers. (The few purple ticks before the failure in the plot above are normal
-# GradScaler back-offs: a scaled gradient overflowed, the update was skipped and
-# the scale halved; the loss itself stayed finite.) The GradScaler skips every
-# update whose gradients are not finite, so the weights stay finite; but nearly
-# every later step overflows again, and the loss scale halves at each one, down to
-# a few millionths, without helping. That is a clue worth noting: the GradScaler
-# scales the loss *after* it is computed, so an overflow inside the forward pass
+# The purple ticks before the failure are normal GradScaler back-offs: a scaled gradient
+# overflowed, its update was skipped, the scale halved, the loss stayed finite. After
+# the failure, the scaler skips every non-finite update (so the weights stay finite) and
+# halves its scale to a few millionths, in vain. A clue: it scales the loss *after* it
+# is computed, so an overflow inside the forward pass
 # or the loss is out of its reach. (On a CUDA GPU the step need not be the same:
 # PyTorch does not promise identical results between CPU and GPU runs, even with
 # identical seeds (PyTorch documentation, "Reproducibility"); fp16 kernels and the
@@ -195,11 +180,10 @@ print("loss at the step before it below 1.0:", record.steps[bad - 1]["loss"] < 1
 # both.)
 #
 # ### 1c. Replay that step exactly
-# *Which* value went non-finite first, and where? `locate` loads the nearest
-# checkpoint **at or before** the bad step, re-runs the steps in between exactly
-# as they ran (same batches, schedule, loss scale, RNG; each compared with the
-# record bit for bit) and then runs the bad step with a hook on every module and
-# every op: data, forward, loss, backward and optimizer.
+# *Which* value went non-finite first, and where? `locate` loads the nearest checkpoint
+# **at or before** the bad step, re-runs the steps in between (same batches, schedule,
+# loss scale, RNG; each compared with the record bit for bit), then runs the bad step
+# with a hook on every module and op: data, forward, loss, backward, optimizer.
 
 # %%
 loc = locate(run.trainer)
@@ -215,23 +199,18 @@ print("inf came before NaN:", loc.inf_before_nan, "| first NaN in pass:",
       loc.first_nan.pass_name)
 
 # %% [markdown]
-# The replay started at checkpoint 50 (检查点), re-ran the steps up to the bad one,
-# and matched every recorded loss and grad norm exactly: the failure is
-# **reproducible** (复现), which is what makes the rest of the SOP possible.
+# A bit-for-bit replay from checkpoint 50 (检查点): the failure is **reproducible** (复现).
 #
-# The first non-finite value was made in the **loss**, by a `sum`: the hand-written
-# cross-entropy computes `exp(logit)` for each of the 32 classes and sums them. By
-# the bad step the model is confident, its logits are large, and for a few of the
-# 992 positions the sum of exponentials passed fp16's largest number, 65504, and
-# became **inf**. The loss is then `-log(p)` with `p = e / inf`, which is +inf: the
-# recorded loss of that step. The first **NaN** only appears later, in the backward
-# pass, where a multiplication in the gradient of that division meets the inf. That
-# is claim B1 seen in a real run: **inf first, then NaN**.
+# The first non-finite value came from a `sum` in the **loss**: the hand-written
+# cross-entropy sums `exp(logit)` over the 32 classes. The model is confident by now,
+# its logits large, and for a few of the 992 positions that sum passed fp16's largest
+# number, 65504: **inf**. Then `p = e / inf`, and `-log(p)` is +inf, the recorded loss.
+# The first **NaN** comes later, in backward, where a multiplication in the gradient of
+# that division meets the inf: claim B1, **inf first, then NaN**.
 #
 # ### 1d. SOP step 1: the data
-# The cheapest check: is the batch of the bad step itself broken (NaN or inf in a
-# float input, an illegal label, every target masked)? `batch_problems` is
-# nanlab's batch checker from Lab 02.
+# The cheapest check: is the bad step's batch broken (NaN or inf in a float input, an
+# illegal label, every target masked)? `batch_problems` is Lab 02's batch checker.
 
 # %% tags=["nbval-check-output"]
 vocab = run.trainer.config.model.vocab_size
@@ -241,21 +220,17 @@ print("problems in the batch of the first bad step:", problems)
 
 
 # %% [markdown]
-# Clean, as `locate` already suggested (nothing was non-finite in the data pass).
-# Data ruled out.
+# Clean, as `locate` suggested (its data pass was finite): data ruled out.
 #
 # ### 1e. SOP steps 2 and 3: AMP off is a hint, not proof
-# Next, the two one-line changes: turn mixed precision off (关闭混合精度), and divide
-# the learning rate by 10 (学习率 ÷ 10). Each is a **controlled replay**: the same
-# run, same seed, same data order, one change (`fixes=` applies it; `nanlab.faults.fixes`
-# defines each one).
+# Next, two one-line changes: mixed precision off (关闭混合精度) and the learning rate ÷ 10
+# (学习率 ÷ 10). Each is a **controlled replay**: same run, seed and data order, one change
+# (`fixes=` applies it; `nanlab.faults.fixes` defines each one).
 #
-# A replay is judged on its whole loss curve, not on whether a NaN shows up: a run
-# can be finite and still not learn. The helper below calls a replay *healthy*
-# when it is finite **and** learning: no spike, no stall, and its last 10 losses
-# average below 30 % of its first loss (the clean run gets to about 7 %). That is
-# `nanlab.judge.judge`, the judge `diagnose` uses (the fault x fix matrix asks it
-# too, against the clean run's final loss instead of the first loss).
+# A finite run may still not learn, so judge the whole curve. The helper calls a replay
+# *healthy* when finite **and** learning: no spike, no stall, last 10 losses averaging
+# below 30 % of the first (the clean run: about 7 %). That is `nanlab.judge.judge`, also
+# used by `diagnose` and, against the clean run's final loss, by the fault x fix matrix.
 
 # %%
 def outcome(fault_run):
@@ -284,9 +259,7 @@ fig = plot_compare({"fp16 (the incident)": record,
                     "LR / 10, fp16": replays["lr_div10"].record}, grad_norm=False)
 
 # %% [markdown]
-# **AMP off: healthy.** The NaN is gone and the run learns like the clean one.
-# Tempting to stop and write "fp16 overflow". But turning AMP off changed *three*
-# things at once:
+# **AMP off: healthy.** But AMP off changed *three* things at once:
 #
 # | | fp16 autocast | fp32 | bf16 autocast |
 # |---|---|---|---|
@@ -294,32 +267,25 @@ fig = plot_compare({"fp16 (the incident)": record,
 # | mantissa bits (rounding) | 10 | 23 | **7** |
 # | GradScaler | yes | no | no |
 #
-# So "the NaN disappears without AMP" is a **hint, not proof**: it could be the
-# range, the rounding or the scaler, and in Lab 03 the same experiment on a run
-# whose learning rate was 40x too high also removed the NaN while the run went on
-# diverging (fp16 had only made the LR's damage visible). Two more facts turn
-# the hint into proof here:
+# So it is a **hint, not proof**: range, rounding or scaler? In Lab 03 the same
+# experiment, on a run whose LR was 40x too high, also removed the NaN while the run
+# went on diverging (fp16 had only made the LR's damage visible). Here two facts make it
+# proof:
 #
-# - **bf16 is healthy too.** bf16 rounds *more coarsely* than fp16 and has no
-#   scaler; the only thing it shares with fp32 is the range. So the range is what
-#   matters.
-# - **`locate` showed the mechanism**: a sum of exponentials passing 65504, in
-#   the loss, at the step that failed. Precision explains the *where* and the
-#   *when*, not only the *whether*.
+# - **bf16 is healthy too.** It rounds *more coarsely* than fp16 and has no scaler; it
+#   shares only the range with fp32. So the range is what matters.
+# - **`locate` showed the mechanism**: exponentials summing past 65504, in the loss, at
+#   the failing step.
 #
-# **LR ÷ 10: finite, but not healthy.** It removed the NaN as well, and here is
-# the mirror image of Lab 03's trap: with a tenth of the LR the model learns far
-# more slowly (final loss well above the clean run's), so its logits stay small and
-# the overflow has not happened *yet* in 120 steps. A replay that makes the NaN go
-# away by making training worse has not found the cause; it has postponed the
-# symptom. Judge every replay by whether the run **learns**, not by whether it
-# is finite.
+# **LR ÷ 10: finite, not healthy**, Lab 03's trap in mirror image. Learning far more
+# slowly (final loss well above the clean run's), the model keeps its logits small, and
+# the overflow has not happened *yet* in 120 steps. Removing a NaN by making training
+# worse postpones the symptom.
 #
 # ### 1f. SOP steps 4 and 5: grad norms, init and eps
-# The SOP stops at the first step that names the cause, so by the book we are
-# done. We look at the last two anyway, to see what "nothing here" looks like.
-# **Step 4**, the gradient-norm history (梯度范数): did the gradients grow by orders
-# of magnitude before the failure (梯度爆炸, gradient explosion)?
+# The SOP stops at the first step that names the cause; the last two show what "nothing
+# here" looks like. **Step 4**, the gradient-norm history (梯度范数): did the gradients grow
+# by orders of magnitude before the failure (梯度爆炸, gradient explosion)?
 
 # %%
 fig = plot_grad_heatmap(record)
@@ -340,16 +306,14 @@ print(f"the global grad norm grew {decades:.2f} orders of magnitude before step 
 
 
 # %% [markdown]
-# The heat map is calm until the failure: no layer's gradient grew by orders of
-# magnitude first. The red columns are steps whose gradients were not finite: step
-# 0, where the GradScaler's first loss scale (65536) is too large for fp16 and it
-# backs off (normal, and the reason the first row shows `skipped`), and every
-# recorded step from the failure on.
+# Calm until the failure. Red columns are steps with non-finite gradients: step 0, where
+# the GradScaler's first loss scale (65536) is too large for fp16 and backs off (normal;
+# hence `skipped` in the first row), and every recorded step from the failure on.
 #
-# **Step 5**, the model's own numbers: the scale of each weight matrix at step 0
-# (from checkpoint 0; `std × √fan_in` is about the factor by which a layer
-# multiplies the size of its input, so values above about 3 blow up a deep stack)
-# and the norm eps (a zero-variance row divided by `√(0 + eps)`).
+# **Step 5**, the model's own numbers: each weight matrix's `std × √fan_in` at step 0
+# (from checkpoint 0; roughly how much a layer scales the size of its input, so above
+# about 3 a deep stack blows up), and the norm eps (a zero-variance row is divided by
+# `√(0 + eps)`).
 
 # %% tags=["nbval-check-output"]
 def init_and_eps(trainer):
@@ -371,15 +335,11 @@ print("init scale and norm eps: nothing off:", init_notes == [])
 
 # %% [markdown]
 # ### 1g. The SOP as a function
-# The whole procedure fits in a few lines once the evidence is gathered. This is
-# the decision part; gathering (the replays) is the expensive part.
-#
-# **Exercise 2.** Write `sop_family(...)`: given the findings of the five SOP
-# steps, return the family of the cause, one of `FAMILIES`, or `"not found"`.
-# Go in SOP order and return at the **first** step that explains the failure.
-# A finding is `None` when that step was not run or does not apply (AMP off on a
-# run that is fp32 already). A replay counts only when it is finite **and**
-# learning.
+# **Exercise 2.** Write `sop_family(...)`: from the findings of the five SOP steps,
+# return the family of the cause (one of `FAMILIES`) or `"not found"`, at the **first**
+# step in SOP order that explains the failure. A finding is `None` when its step was not
+# run or does not apply (AMP off on an fp32 run). A replay counts only when it is finite
+# **and** learning.
 
 # %%
 FAMILY = {"data": "dirty data", "amp": "mixed precision (fp16)", "lr": "learning rate",
@@ -411,8 +371,8 @@ def sop_family(batch_problems, amp_off, lr_div10, grad_decades, init_notes):
 
 
 # %% [markdown]
-# The check feeds it the findings of this section, plus a few made-up cases,
-# including Lab 03's trap (AMP off finite but not learning, LR ÷ 10 healthy).
+# The check uses this section's findings plus made-up cases, among them Lab 03's trap
+# (AMP off finite but not learning, LR ÷ 10 healthy).
 
 # %% tags=["nbval-check-output"]
 HEALTHY, NOT_LEARNING, NAN = ({"finite": True, "learning": True},
@@ -443,12 +403,11 @@ check("sop_family", lambda: [sop_family(**f) for f, _ in SOP_CASES],
 
 # %% [markdown]
 # ### 1h. The proof: same seed, same step
-# "The curve looks fine now" is not a proof. The fixed run is the same run (seed,
-# data order, steps) with one change; compare its loss with the clean run's **at
-# the same step**. Two cures, one for each reading of the cause: **bf16** keeps
-# mixed precision but gives it fp32's range (the fix `diagnose` will pick), and the
-# **stable loss** (`stable_softmax`: PyTorch's `F.cross_entropy`, which subtracts
-# the max before `exp`) keeps fp16 and removes the overflow itself.
+# "The curve looks fine now" is not a proof. Compare the fixed run (same seed, data
+# order and steps, one change) with the clean run **at the same step**. Two cures:
+# **bf16**, mixed precision with fp32's range, and the **stable loss**
+# (`stable_softmax`: PyTorch's `F.cross_entropy`, which subtracts the max before `exp`),
+# which keeps fp16 and removes the overflow.
 
 # %%
 stable = run_fault("fp16_overflow", fixes=["stable_softmax"], **RUN)
@@ -467,18 +426,16 @@ for name, r in proof.items():
           bool(abs(losses[119] - clean_losses[119]) < 0.15 * clean_losses[119]))
 
 # %% [markdown]
-# Both land on the clean run at the same step. Which one to ship is a judgement
-# call: `F.cross_entropy` removes the bug (a hand-written exp that can overflow in
-# *any* precision, only later in fp32: at 88.7 instead of 11.1); bf16 removes the
-# fp16 range problem for every op at once, which is why large runs moved to it.
+# Which to ship? `F.cross_entropy` removes the bug (a hand-written exp overflows in
+# *any* precision, only later in fp32: at 88.7 instead of 11.1); bf16 removes fp16's
+# range problem for every op at once, which is why large runs moved to it.
 #
 # ## 2. The same with `diagnose`
-# `nanlab.debug.diagnose.diagnose` is this section, automated: the same five steps in
-# the same order, each a replay that stops as soon as its verdict is clear, the
-# first healthy replay names the cause, and then the matching fix is run once more
-# to **prove** it. (It reads the fault's name from the manifest only to rebuild the
-# same run; the decision never looks at it. For your own model you pass
-# `build=`, a function that makes your trainer from a config.)
+# `nanlab.debug.diagnose.diagnose` automates this section: the same five steps in order,
+# each a replay that stops once its verdict is clear; the first healthy replay names the
+# cause, and the matching fix is run once more to **prove** it. (It reads the fault's
+# name from the manifest only to rebuild the run, never to decide. For your own model,
+# pass `build=`, a function that makes your trainer from a config.)
 
 # %%
 diagnosis = diagnose(run)
@@ -491,33 +448,25 @@ print("cause:", diagnosis.cause, "| fix:", diagnosis.fix,
 print("SOP steps and verdicts:", verdicts)
 
 # %% [markdown]
-# The report has what an incident review (事故复盘) needs, the three parts of
-# claim V3:
+# The report has the three parts of claim V3 that an incident review (事故复盘) needs:
+# **every NaN event logged** (each non-finite step's loss, grad norm, loss scale and
+# skip, section 1b); **the root cause named**, with its evidence and what was ruled out
+# (here the data step); and **reproducible** (the manifest rebuilds the run, `locate`
+# replayed the failing step bit for bit, the proof is a replay anyone can rerun).
 #
-# - **every NaN event is logged**: the record holds each non-finite step with its
-#   loss, grad norm, loss scale and whether the update was skipped (section 1b);
-# - **the root cause is named**, with the evidence for it and what was ruled out
-#   (the data step, here), instead of "we lowered the LR and it went away";
-# - **it is reproducible**: the manifest rebuilds the run, `locate` replayed the
-#   failing step bit for bit, and the proof is a replay anyone can rerun.
-#
-# It found the same answer as the hand-run SOP, with bf16 as the fix (the stable
-# loss is the other cure from 1h). What it cannot do is think: it applies nanlab's
-# fixes to nanlab's knobs. On your own model, the by-hand version of section 1 is
-# the one you will run, with `diagnose` as a second opinion.
+# Same answer as by hand, fixed with bf16 (1h's other cure is the stable loss). But
+# `diagnose` only applies nanlab's own fixes: on your own model, run section 1 by hand,
+# with `diagnose` as a second opinion.
 #
 # ## 3. Mystery runs
-# Now the fault is hidden. A fault is drawn at random from the list below with a
-# seeded random generator (`MYSTERY_SEED`; change it for new mysteries, the default
-# keeps this notebook the same for everyone). Two things are kept from you: the
-# fault's name in the manifest is replaced by `"(hidden)"`, and the `Mystery`
-# object keeps the name to itself (please do not print `m._fault`: an incident has
-# no answer key). Everything else is yours: the record, the config, the
-# checkpoints, `locate`, `batch_problems`, the plots, and controlled replays with
-# `m.replay("amp_off")`, `m.replay("lr_div10")`, ... (any fix of `nanlab.faults.fixes`;
-# one that would change nothing, such as AMP off on an fp32 run, is refused).
-# `m.diagnose()` runs the automated SOP: use it to check yourself **after** you
-# have answered.
+# Now the fault is hidden, drawn from the list below by a generator seeded with
+# `MYSTERY_SEED` (the default gives everyone the same notebook). The manifest's fault
+# reads `"(hidden)"`, and the `Mystery` keeps the name to itself (do not print
+# `m._fault`: an incident has no answer key). Everything else is yours, controlled
+# replays included: `m.replay("amp_off")`, `m.replay("lr_div10")`, ... (any fix of
+# `nanlab.faults.fixes`; one that changes nothing, such as AMP off on an fp32 run, is
+# refused). `m.diagnose()` (the automated SOP) is for checking yourself **after**
+# answering.
 
 # %%
 MYSTERY_SEED = 26
@@ -599,20 +548,21 @@ fig = plot_loss(m1.run.record, title="Mystery 1")
 
 
 # %% [markdown]
-# Investigate in the cell below: the SOP in order, cheapest first. Useful calls:
+# Investigate below, cheapest step first. Useful calls:
 # `m1.run.record.first_nonfinite_step`, `m1.run.first_bad_step` (also a crash),
 # `m1.run.record.steps[...]`, `locate(m1.run.trainer)`,
-# `batch_problems(m1.run.trainer.batches(step), vocab)`, `outcome(m1.replay("amp_off"))`,
-# `outcome(m1.replay("lr_div10"))`, `grad_growth(m1.run.record, step)`,
-# `init_and_eps(m1.run.trainer)`, `plot_grad_heatmap(m1.run.record)`. Each replay
-# takes a few seconds (fp16 ones the longest).
+# `batch_problems(m1.run.trainer.batches(step), vocab)`,
+# `outcome(m1.replay("amp_off"))`, `outcome(m1.replay("lr_div10"))`,
+# `grad_growth(m1.run.record, step)`, `init_and_eps(m1.run.trainer)`,
+# `plot_grad_heatmap(m1.run.record)`. Each replay takes a few seconds (fp16 ones the
+# longest).
 
 # %%
 # Your investigation of mystery 1 (the SOP, step by step):
 
 # %% [markdown] tags=["solution-only"]
-# The solution's investigation: the SOP by hand, cheapest step first, stopping at
-# the first step that explains the failure (your `sop_family` makes the call).
+# The solution's investigation: the SOP by hand, stopping at the first step that
+# explains the failure (`sop_family` decides).
 
 # %% tags=["solution-only"]
 def investigate(m):
@@ -662,8 +612,8 @@ check("my_diagnosis_1", my_diagnosis_1, test=m1.grade, hints=[
 ])
 
 # %% [markdown]
-# Now the evidence. (The widget's answer is the hidden fault's family, so it stays
-# right if you change `MYSTERY_SEED`.)
+# Now the evidence. (The widget's answer is the hidden fault's family, so it stays right
+# for any `MYSTERY_SEED`.)
 
 # %%
 m1.question("07-mystery-1")
@@ -707,9 +657,8 @@ check("my_diagnosis_2", my_diagnosis_2, test=m2.grade, hints=[
 m2.question("07-mystery-2")
 
 # %% [markdown]
-# Check yourself with `m1.diagnose()` and `m2.diagnose()` (a few seconds each) and
-# read what they ruled out. Then change `MYSTERY_SEED` and run section 3 again for
-# two new mysteries.
+# Now run `m1.diagnose()` and `m2.diagnose()` (a few seconds each) and read what they
+# ruled out. Then change `MYSTERY_SEED` and rerun section 3 for two new mysteries.
 #
 # ## 4. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
@@ -806,22 +755,14 @@ FreeText(
 
 # %% [markdown]
 # ## Summary
-# - **Read the manifest first** (config, seed, versions, commit, device): it is what
-#   makes a run replayable, and its diff against a good config points at the
-#   steps that will matter.
-# - **Find the first bad step**; everything after it is consequence. Then **replay
-#   it exactly** from the nearest checkpoint (`locate`): here the first inf came
-#   from a sum of exponentials in the loss, and the NaN only later, in backward.
-# - **The SOP, cheap to expensive**: data → AMP off → LR ÷ 10 → grad norms →
-#   init / eps, each a controlled replay with one change, stopping at the first
-#   that explains the failure.
-# - **A replay counts when the run is finite and learning.** AMP off removing the
-#   NaN is a hint: it changes range, rounding and the scaler at once; bf16 (range
-#   only) and `locate` made it proof here. LR ÷ 10 removed the NaN too, by learning
-#   slower: a postponed symptom, not a cure.
-# - **Prove the fix** with the same seed, at the same step as the clean run.
-# - `diagnose` runs the same procedure and writes the report an incident review
-#   needs: cause, evidence, what was ruled out, the proven fix.
+# - **Manifest, first bad step, exact replay** (`locate`): inf first, then NaN.
+# - **The SOP, cheap to expensive**: data → AMP off → LR ÷ 10 → grad norms → init / eps,
+#   one change per replay, stopping at the first that explains the failure.
+# - **A replay counts when the run is finite and learning.** AMP off was a hint (range,
+#   rounding and scaler at once); bf16 and `locate` made it proof. LR ÷ 10 only
+#   postponed the symptom.
+# - **Prove the fix**: same seed, same step as the clean run. `diagnose` automates all
+#   of it.
 #
 # Your progress:
 

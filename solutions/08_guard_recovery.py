@@ -13,48 +13,28 @@
 # ---
 
 # %% [markdown] tags=["solution-only"]
-# **Source notebook (solution version).** This pair, `solutions/08_guard_recovery.py` and
-# `solutions/08_guard_recovery.ipynb`, is the single source of `labs/08_guard_recovery.ipynb`, answers
-# filled in. Edit either file (in JupyterLab the other follows on save), then run
-# `nanlab course execute solutions/08_guard_recovery.py` (syncs the pair, stores the outputs
-# the tests compare) and `nanlab course build` (writes the learner's version).
+# **Source notebook (solution version)** of `labs/08_guard_recovery.ipynb`, synced with
+# its `.ipynb` by JupyterLab. After editing, run
+# `nanlab course execute solutions/08_guard_recovery.py` (syncs, stores the checked
+# outputs) and `nanlab course build` (writes the learner's version).
 
 # %% [markdown]
 # # Lab 08 · Guard and recovery (守护与恢复): stop-loss, skip, rollback, spike detection
 #
-# Labs 02 to 07 found the *cause* of a NaN. This lab is about what the training loop
-# should do *at the moment* it happens, before anyone has looked at it: a run on a
-# thousand GPUs cannot wait for a human. In this lab:
+# Labs 02 to 07 found a NaN's *cause*; a thousand-GPU run cannot wait for that. Here the
+# loop acts *the moment* a NaN happens: stop (止损), skip (跳过) or recover (自动恢复) by
+# rolling back (回滚).
 #
-# 1. **a NaN is silent**: the run trains on garbage to the end, while an
-#    out-of-memory error stops it at once;
-# 2. **a spike heals, a NaN does not**: parameter by parameter, after each;
-# 3. **stop-loss** (止损): stop at the first non-finite step and keep the evidence;
-#    you write the callback;
-# 4. **skip** the bad update (跳过), and where that is not enough;
-# 5. **recover** (自动恢复): snapshot, roll back (回滚) to the last good checkpoint,
-#    skip the batches around the failure, cut the LR ÷ 10 if it comes back; proven
-#    against the clean run at the same steps;
-# 6. **the same seed, the same numbers**, rollbacks included;
-# 7. the article's rule of thumb "**loss below 0.1 within 30 steps of a restart**",
-#    measured: when it holds and when it does not;
-# 8. a **loss-spike detector** (running z-score) that you write;
-# 9. how **Megatron-LM, DeepSpeed, OLMo and PaLM** do it, next to nanlab's guard;
-# 10. **practice** in interview form.
-#
-# CPU is enough; about 40 minutes. Every run is seconds long.
+# CPU is enough; about 40 minutes.
 
 # %% [markdown]
 # ## Setup
-# The clean baseline of Lab 00 (200 steps, seed 0) is the yardstick. To keep the lab
-# fast, the faulty runs are the **first 100 steps of the same 200-step schedule**
-# (`steps=100, decay_steps=200`): same learning rate at every step, same batches, so
-# step 57 of any run here can be compared with step 57 of the clean run.
-# Checkpoints (检查点) every 10 steps, kept in memory.
+# Yardstick: Lab 00's clean run (200 steps, seed 0). Faulty runs take its **first 100
+# steps** (`steps=100, decay_steps=200`: same LR and batches per step), so their step 57
+# compares with its step 57. Checkpoints (检查点) every 10 steps, in memory.
 #
-# The numbers quoted in the text come from a CPU run. On a CUDA GPU
-# (`device="auto"` picks it) the kernels round differently, so the losses differ in
-# their later digits; the facts the check cells print are chosen to hold on both.
+# Quoted numbers are from a CPU; on a CUDA GPU (`device="auto"`) later digits differ,
+# but the check facts hold.
 
 # %%
 import json
@@ -84,10 +64,8 @@ print(f"clean run: loss {clean_losses[0]:.2f} -> {final_loss(clean_losses):.3f} 
 
 
 # %% [markdown]
-# Three small helpers used all through the lab: a second dirty batch on top of the
-# one `run_fault` puts in, the losses of the run that *stands* after rollbacks (a
-# rollback replays steps; the replayed rows replace the abandoned ones), and a
-# count of the parameters that are not finite.
+# Helpers: a second dirty batch, the losses that *stand* after rollbacks (replayed rows
+# replace abandoned ones), and a non-finite count.
 
 # %%
 def nan_batch_at(batch_index):
@@ -111,8 +89,8 @@ def nonfinite(tensors):
 
 # %% [markdown]
 # ## 1. A NaN does not stop a run; an out-of-memory error does
-# One NaN reading arrives in the float feature of batch 30 (`nan_input`, Lab 02). No
-# guard, no check. A callback counts the non-finite parameters after every step.
+# A NaN reading in batch 30's float feature (`nan_input`, Lab 02), no guard; a callback
+# counts non-finite parameters after each step.
 
 # %% tags=["nbval-check-output"]
 bad_params = {}  # step -> non-finite parameter values after that step's update
@@ -133,9 +111,8 @@ print("first non-finite step:", unguarded.record.first_nonfinite_step)
 print("NaN loss at every step from 30 to the end:", bool(np.isnan(losses[30:]).all()))
 
 # %% [markdown]
-# The run "finished": no exception, no warning, a record of 100 steps, the last 70
-# of them NaN (claim B3). Compare an out-of-memory error, here an allocation of
-# 2⁶⁰ floats (4 EiB; nothing is actually allocated):
+# That is claim B3. Compare an out-of-memory error (2⁶⁰ floats, 4 EiB; nothing is
+# actually allocated):
 
 # %% tags=["nbval-check-output"]
 try:
@@ -146,9 +123,8 @@ except RuntimeError as err:
 print("out of memory raised an exception:", oom is not None, f"({oom})")
 
 # %% [markdown]
-# An out-of-memory error is loud: the job dies, the scheduler notices, someone is
-# paged. A NaN is silent: the job keeps its GPUs busy and reports a loss that
-# nobody reads as a number. How much of this run was wasted?
+# Out of memory is loud: the job dies, the scheduler notices, someone is paged. A NaN is
+# silent: the GPUs stay busy on garbage. How much was wasted here?
 
 # %%
 wasted = len(losses) - unguarded.record.first_nonfinite_step
@@ -156,15 +132,12 @@ print(f"{wasted} of {len(losses)} steps ({wasted / len(losses):.0%}) trained on 
       f"about {seconds * wasted / len(losses):.1f} s of this {seconds:.1f} s run")
 
 # %% [markdown]
-# On this toy that is a few seconds. Scale it: a NaN on day 3 of a 30-day run on
-# 2,048 GPUs, noticed a day later, is 49,000 GPU-hours of compute spent on garbage.
-# Hence claim M9: a **stop-loss** (止损), a check that turns the silent failure into
-# a loud one.
+# At scale, a NaN on day 3 of a 30-day run on 2,048 GPUs, noticed a day later, wastes
+# 49,000 GPU-hours: hence a **stop-loss** (止损, claim M9).
 #
 # ## 2. A spike heals, a NaN does not
-# Claim B2: a loss spike (损失尖峰) is recoverable, a NaN is not. Put the two side by
-# side. `lr_jump` multiplies the LR by 10 for the one step 40 (a scheduler glitch,
-# Lab 03); the model is knocked off course but every number stays finite.
+# Claim B2: `lr_jump` multiplies the LR by 10 at step 40 only (a scheduler glitch, Lab
+# 03): a loss spike (损失尖峰).
 
 # %%
 spike_params = {}
@@ -206,9 +179,8 @@ ax2.set_ylabel("fraction of parameters\nnot finite")
 ax2.set_xlabel("step");
 
 # %% [markdown]
-# One update with NaN gradients, and **all** 106,368 parameters are NaN, not only
-# those near the bad input: Adam's update `m / (√v + eps)` of a NaN gradient is NaN,
-# and every weight sits downstream of the loss. The optimizer's own state is gone too:
+# One NaN update made **all** 106,368 parameters NaN: Adam's `m / (√v + eps)` of a NaN
+# gradient is NaN, and every weight is downstream of the loss. The optimizer state?
 
 # %% tags=["nbval-check-output"]
 state = unguarded.trainer.optimizer.state_dict()["state"]
@@ -217,17 +189,14 @@ n_moments = sum(m.numel() for m in moments)
 print("Adam moments m and v: all non-finite:", nonfinite(moments) == n_moments)
 
 # %% [markdown]
-# So after a NaN there is nothing to "train through": clean batches give a NaN loss
-# from now on. Restoring only the weights would not help either, with `m` and `v`
-# NaN the next update is NaN again. A good checkpoint holds weights, optimizer
-# state, schedule and RNG (nanlab's does), and **restoring one is the only way back**.
-# The spike, in contrast, cost about 20 steps of progress and healed by itself.
+# Nothing to "train through", and weights alone will not do (NaN `m`, `v`): **only a
+# full checkpoint brings the run back.** The spike cost about 20 steps and healed
+# itself.
 #
 # ## 3. Stop-loss (止损): stop at the first NaN, keep the evidence
-# nanlab's `Guard` sits between `backward()` and `optimizer.step()`. It reads the
-# step's loss and global grad norm (the trainer already copied both to the host, so
-# the guard adds no sync of its own), and decides. `Guard("stop")` drops the update,
-# keeps the evidence and ends the run (claim M9):
+# `Guard` sits between `backward()` and `optimizer.step()`, reading the loss and global
+# grad norm already on the host (no extra sync). `Guard("stop")` drops the update, keeps
+# the evidence, ends the run:
 
 # %%
 stop_guard = Guard("stop")
@@ -251,16 +220,14 @@ print("evidence: the gradients of that step hold NaN:",
       nonfinite(evidence["grads"].values()) > 0)
 
 # %% [markdown]
-# The run stopped at step 30 with 69 steps saved, and the evidence is everything a
-# post-mortem needs: the state *before* the bad update (restorable with
-# `trainer.load_state_dict(evidence["state"])`), the offending batch, and the
-# gradients it produced. With a run folder (`out_dir=`), it is written to
-# `evidence/evidence_step000030_batch000030_n1.pt` (step, batch, and a count, so that
-# no later failure overwrites it), loadable with `torch.load(weights_only=True)`.
+# Stopping at step 30 saved 69 steps. Evidence: the state *before* the bad update
+# (`trainer.load_state_dict(evidence["state"])` restores it), the batch, its gradients;
+# with `out_dir=`, saved as `evidence/evidence_step000030_batch000030_n1.pt` (step,
+# batch, count: never overwritten), loadable with `torch.load(weights_only=True)`.
 #
 # ### Where the check sits matters
-# `run_fault(..., stop_when_poisoned=True)` also stops at the first NaN, but it
-# looks at the step in `on_step_end`, **after** the optimizer step:
+# `run_fault(..., stop_when_poisoned=True)` checks in `on_step_end`, **after** the
+# optimizer step:
 
 # %% tags=["nbval-check-output"]
 late = run_fault("nan_input", at_step=30, stop_when_poisoned=True, **SHORT)
@@ -270,19 +237,16 @@ print("every parameter non-finite:",
 
 
 # %% [markdown]
-# Same stop, one event later, and the weights in memory are garbage: you would
-# have to reload a checkpoint up to 10 steps old to see the state that failed. A
-# stop-loss belongs **after backward, before the update**, where the update can
-# still be dropped.
+# One event late, the weights are gone; the failing state is in a checkpoint up to 10
+# steps old. Check **after backward, before the update**, where it can still be dropped.
 #
-# **Exercise 1 · your stop-loss callback.** nanlab's `Trainer` calls
-# `fn(trainer, info)` at named events. At `on_after_backward`, `info` is a
-# `StepInfo`: `info.step`, `info.loss_value` and `info.grad_norm_value` (floats on
-# the host), and `info.finite` (False when the loss or the gradients are not
-# finite). Write `stop_loss(trainer, info)`: when the step is not finite, drop its
-# update (`info.skip = True`, with a short `info.skip_reason`), and ask the run to
-# end (`trainer.stop_requested = True`, with a `trainer.stop_reason` that names
-# the step and the loss). Otherwise do nothing.
+# **Exercise 1 · your stop-loss callback.** At the `Trainer` event `on_after_backward`,
+# `fn(trainer, info)` gets a `StepInfo`: `info.step`, `info.loss_value`,
+# `info.grad_norm_value` (host floats), `info.finite` (False if the loss or gradients
+# are not finite). Write `stop_loss(trainer, info)`: on a non-finite step set
+# `info.skip = True` (and a short `info.skip_reason`) and
+# `trainer.stop_requested = True` (and a `trainer.stop_reason` naming the step and
+# loss); else do nothing.
 
 # %%
 def stop_loss(trainer, info):
@@ -331,10 +295,8 @@ check("stop_loss", try_stop_loss, test=judge_stop_loss, hints=[
 
 # %% [markdown]
 # ## 4. Skip: drop the bad update
-# Stopping is right while you debug. In a long run you would rather carry on: drop
-# the update of the bad step, log it, go on (跳过). That is `Guard("skip")`, and what
-# the GradScaler, Megatron-LM and DeepSpeed do on an fp16 overflow. Two dirty batches
-# this time, 30 and 60:
+# Stopping suits debugging; a long run would rather drop the bad update, log it and go
+# on (跳过). `Guard("skip")`, dirty batches 30 and 60:
 
 # %%
 skip_guard = Guard("skip")
@@ -353,15 +315,12 @@ print("LR schedule advanced only on applied updates:",
 print("mean loss of steps 90-99 within 15 % of the clean run's:", abs(ratio - 1) < 0.15)
 
 # %% [markdown]
-# Each skip is counted and logged with its reason; DeepSpeed issue #8415 reports
-# ZeRO under bf16 skipping the step on a non-finite gradient with no log line. The
-# scheduler step is skipped with the optimizer step, so the LR schedule does not
-# run ahead of the updates.
+# Skips are logged with a reason (DeepSpeed issue #8415 reports ZeRO under bf16 skipping
+# non-finite steps silently), and the scheduler skips too, so the LR schedule keeps pace
+# with the updates.
 #
-# Skip is enough **when the fault is in one batch**. It is not a cure when the
-# fault is in the weights. `high_lr` (AdamW at LR 0.2 in fp16, Lab 03) grows the
-# attention weights until the scores overflow; then *every* step overflows, whatever
-# its batch:
+# That cures a bad batch. And bad weights? `high_lr` (AdamW, LR 0.2, fp16, Lab 03) grows
+# the attention weights until the scores overflow, whatever the batch:
 
 # %% tags=["nbval-check-output"]
 frozen_guard = Guard("skip")
@@ -373,17 +332,12 @@ print("first non-finite step between 20 and 35:", 20 <= first_bad <= 35)
 print("every step from there on skipped:", all(r["skipped"] for r in rows[first_bad:]))
 
 # %% [markdown]
-# A skip guard that skips every step is a frozen run that looks alive: the same
-# silent failure as before, one level up. Watch the skip count, and alert when it
-# keeps growing (DeepSpeed's `runtime/fp16/loss_scaler.py` raises "Current loss
-# scale already at minimum" when its scale bottoms out, unless
-# `raise_error_at_min_scale` is off; gpt-neox issue #291, "Abort runs if loss scale
-# gets stuck at minimum", asked for that stop).
+# Skipping every step is a frozen run that looks alive. Alert when the skip count keeps
+# growing (gpt-neox issue #291, "Abort runs if loss scale gets stuck at minimum").
 #
 # ## 5. Recover: roll back, skip the data, cut the LR
-# Claims M1 and M10: snapshot the bad state, reload the last good checkpoint, do
-# not train on the offending batches again, and if the failure comes back, cut the
-# LR. `Guard("recover")`, on the same two dirty batches:
+# Claims M1 and M10: keep the bad state, reload the last good checkpoint, never retrain
+# the offending batches, cut the LR if it recurs. `Guard("recover")`, same batches:
 
 # %%
 recover_guard = Guard("recover")
@@ -406,35 +360,23 @@ print("LR cut:", any(e["kind"] == "lr_cut" for e in recovered.record.events))
 print("bad states kept as evidence:", len(recover_guard.evidence))
 
 # %% [markdown]
-# Read it line by line:
+# Marked: batch `b`, two after it (bad data comes in runs: a corrupt shard) and `b − 1`,
+# which may have pushed the weights astray. At step 30, marking batch 29 changes
+# nothing: its update is inside the step-30 checkpoint (saved *before* step 30 ran). At
+# step 57 (batch 60, after three skips) the rollback to step 50 passes batch 59, trained
+# at step 56, so skipping it counts, as after a spike, a repeat or with sparse
+# checkpoints. No LR cut: the run had passed the first failure, so this is a new
+# incident.
 #
-# - **Step 30**: batch 30 makes a NaN. The guard keeps the state (evidence), drops
-#   the update, and rolls back to the checkpoint of step 30 (taken *before* step
-#   30 ran). It marks batches 29 to 32: the failing batch `b`, two after it (bad
-#   data comes in runs: a corrupt shard), and the one before it, in case that one
-#   pushed the weights into a bad place. Here marking batch 29 changes nothing: its
-#   update is already inside the step-30 checkpoint, and the run never reads it
-#   again. Only 30 to 32 are really skipped.
-# - **Step 57**: the second NaN. Because three batches were skipped, step 57 reads
-#   batch 60. Back to the checkpoint of step 50; batches 59 to 62 skipped. This
-#   time the batch before counts: batch 59 was trained on at step 56, *after* the
-#   checkpoint, so skipping it really removes its update. `b − 1` matters whenever
-#   the rollback goes back past it (a spike, a repeat, sparse checkpoints).
-# - **No LR cut**: each failure was a new incident (the run had got past the first
-#   one), so skipping the data was enough. The LR is cut only when a failure comes
-#   back, as you will see below.
-#
-# `plot_loss` draws what the guard did: the NaN steps (crosses), the dropped updates
-# (ticks at the bottom) and the span each rollback went back over (shaded; the first
-# one went back zero steps).
+# `plot_loss`: NaN steps (crosses), dropped updates (bottom ticks), rollback spans
+# (shaded; the first spans zero steps).
 
 # %%
 fig = plot_loss(recovered.record, title="nan_input at batches 30 and 60, Guard('recover')")
 
 # %% [markdown]
-# **The proof (claim V2)**: the loss at the same step as the clean run. Single steps
-# are noisy (each step sees a different batch, and after a skip the two runs see
-# different batches), so compare the mean over 10 steps too.
+# **The proof (claim V2)**: the loss at the same step as the clean run; after skips the
+# batches differ, so also the mean over 10 steps.
 
 # %%
 rec_losses = standing(recovered.record)
@@ -455,9 +397,8 @@ print("mean loss of steps 90-99 within 10 % of the clean run's:", abs(ratio - 1)
 
 # %% [markdown]
 # ### When it comes back: go back further and cut the LR
-# Skipping data cures a data fault. If the fault is in the *training dynamics*, the
-# NaN comes back at about the same step whatever the batches. `high_lr` again, with
-# `Guard("recover")`:
+# A fault in the *training dynamics* returns at about the same step, whatever the
+# batches. `high_lr` again:
 
 # %%
 lr_guard = Guard("recover")
@@ -483,33 +424,21 @@ print("the run then finished, every standing step finite:",
 
 
 # %% [markdown]
-# The second failure came back before the run had got past the first one: the data
-# was not (only) to blame. The guard treats it as the same incident, goes back one
-# checkpoint further (the state it had restored may already be bad: weights grown
-# too large), and multiplies the LR by 0.1, the article's "restart at LR ÷ 10". After
-# `max_rollbacks=3` rollbacks for the same incident it gives up and stops with a
-# reason instead of looping. The budget is per incident: an incident is the failing
-# batch (its index, which a rollback does not rewind), and only a failure of the same
-# batch, or one before the run got `repeat_window=2` steps past it, repeats it.
-# Five isolated dirty batches are five incidents, five skips, no LR cut.
+# It came back: not (only) the data. As the same incident, the guard goes one checkpoint
+# further back (the restored weights may be too large already) and multiplies the LR by
+# 0.1, the article's "restart at LR ÷ 10"; after `max_rollbacks=3` it stops with a
+# reason. An incident is the failing batch index (a rollback does not rewind it); only
+# that batch failing again, or a failure at most `repeat_window=2` steps past it,
+# repeats it. Cutting at *every* rollback, as the article says, would slow a data-fault
+# run for nothing (section 7); `Guard("recover", lr_cut="always")` does so.
 #
-# Why not cut the LR at *every* rollback, as the article's recipe says? On a data
-# fault the LR was never the problem, and a tenth of it slows the rest of the run
-# for nothing (section 7 measures how much). Cutting only on a repeat is the
-# guard's default; `Guard("recover", lr_cut="always")` cuts at every rollback.
-#
-# **Exercise 2 · which checkpoint?** Write `rollback_target(checkpoints, step,
-# trigger)`: `checkpoints` is a sorted list of the steps that have a checkpoint
-# (each saved *before* that step ran), `step` is the failing step, `trigger` is
-# `"nonfinite"` or `"spike"`. Return the step to roll back to, or `None` if there
-# is none. The rule:
-#
-# - a **non-finite** step `t`: its own update has not been applied (the guard
-#   dropped it), so the state before step `t` is still good: the last checkpoint
-#   at or before `t`;
-# - a **spike** at step `t`: the loss of step `t` is computed *before* update `t`,
-#   so it shows the damage of update `t − 1` (Lab 03): the checkpoint saved before
-#   step `t` already carries it. The last checkpoint at or before `t − 1`.
+# **Exercise 2 · which checkpoint?** Write `rollback_target(checkpoints, step, trigger)`
+# (the sorted checkpointed steps, each saved *before* its step ran; the failing step;
+# `"nonfinite"` or `"spike"`): the step to roll back to, or `None`. A **non-finite**
+# step `t` had its update dropped: the last checkpoint at or before `t`. A **spike** at
+# `t` shows the damage of update `t − 1` (the loss of step `t` is computed *before*
+# update `t`, Lab 03), already in the checkpoint before `t`: the last checkpoint at or
+# before `t − 1`.
 
 # %%
 def rollback_target(checkpoints, step, trigger):
@@ -540,9 +469,8 @@ check("rollback_target",
 
 # %% [markdown]
 # ## 6. Same seed, same numbers
-# A recovery you cannot reproduce proves nothing. Run the recovery again from
-# scratch, same seed, same faults, and compare every row, the abandoned branches
-# included:
+# An unreproducible recovery proves nothing. Rerun it, same seed and faults; compare
+# every row, abandoned branches included:
 
 # %% tags=["nbval-check-output"]
 again_guard = Guard("recover")
@@ -560,17 +488,13 @@ print("the same final weights:", all(torch.equal(p, q) for p, q in zip(
 
 
 # %% [markdown]
-# Bit for bit, because everything that decides a step is saved with the checkpoint
-# and restored on rollback: weights, optimizer state, LR schedule position, RNG
-# state, data position. That is also why you can trust the comparison in section 5:
-# the recovered run differs from the clean run *only* by the batches it skipped.
-# (On a GPU, some kernels are not deterministic by default; set
-# `torch.use_deterministic_algorithms(True)` when you need this there.)
+# A checkpoint holds, and a rollback restores, all that decides a step: weights,
+# optimizer state, LR schedule position, RNG and data position. So section 5's run
+# differs from the clean run *only* by its skipped batches. (On a GPU some kernels are
+# not deterministic by default: set `torch.use_deterministic_algorithms(True)`.)
 #
 # ## 7. Loss below 0.1 within 30 steps of a restart?
-# The article gives a rule of thumb for checking a recovery: after the restart, the
-# loss should be below 0.1 within 30 steps. Measure it. First on the two restarts of
-# section 5 (at steps 30 and 50):
+# The article's rule of thumb for a recovery, on section 5's restarts:
 
 # %%
 def steps_to_below(losses, start, threshold=0.1):
@@ -590,10 +514,8 @@ print("below 0.1 within 30 steps of either restart:",
       any(rec_losses[r:r + 31].min() < 0.1 for _, r in rollbacks))
 
 # %% [markdown]
-# It fails, and the recovery was perfect. The rule measures *where in training the
-# checkpoint was*, not whether the recovery worked: at step 30 the clean run itself
-# is at 1.5 and needs more than 100 steps to reach 0.1. From which restart steps
-# would it hold, judging by the clean curve?
+# A perfect recovery fails: at step 30 the clean run itself is at 1.5, over 100 steps
+# from 0.1. From which restarts would the rule hold, by the clean curve?
 
 # %%
 holds = [s for s in range(170) if clean_losses[s:s + 31].min() < 0.1]
@@ -602,10 +524,9 @@ print("'below 0.1 within 30 steps' holds for restarts from step", holds[0], "on"
 
 
 # %% [markdown]
-# Now restart for real, from the clean run's checkpoint at step 120 (loss about
-# 0.19), and run 30 steps: once at the same LR (a pure restart: it must replay the
-# clean run exactly), once at LR ÷ 10 (the article's recipe). `restart` loads the
-# checkpoint into a fresh `Trainer`, as a job restarted by the scheduler would.
+# Now restart a fresh `Trainer`, as a scheduler would, from the clean run's step-120
+# checkpoint (loss about 0.19): 30 steps at the same LR (it must replay the clean run
+# exactly) and at LR ÷ 10.
 
 # %%
 def restart(step, lr_scale, n=30):
@@ -631,42 +552,26 @@ print("from step 150: below 0.1 before the first step:", clean_losses[150] < 0.1
 
 
 # %% [markdown]
-# So, on this toy:
-#
-# - the rule **holds** only for restarts from a checkpoint whose loss is already
-#   near 0.1 (from about step 108 of the 200); from step 150 it holds before the
-#   first step, which makes it a check of nothing;
-# - it **fails** for early restarts however good the recovery, and
-# - the article's LR ÷ 10 makes it **fail from step 120**, where the same restart at
-#   the old LR passes: a tenth of the LR learns more slowly, which is the price of
-#   the cut.
-#
-# The threshold 0.1 is a property of one task and one loss scale (a language model
-# at 2.0 nats would never pass). The check that transfers is the one in section 5:
-# **the loss at the same step as a clean run**, or as the run before the failure,
-# within the noise of a few steps.
+# So the rule measures *where the checkpoint was*, not the recovery (from step 150 it
+# holds before the first step: a check of nothing), and LR ÷ 10, learning more slowly,
+# fails it from step 120. Its 0.1 belongs to one task and loss scale (a language model
+# at 2.0 nats never passes). Section 5's check transfers: **the loss at the same step as
+# a clean run** (or the run before the failure), within a few steps' noise.
 #
 # ## 8. Acting before the NaN: a loss-spike detector
-# A NaN from dirty data arrives without warning. A divergence usually does not: the
-# loss jumps first. nanlab's guard can watch for that with a **running z-score**
-# (滑动 z 分数) of the loss, OLMo-core's idea: keep the last `window` finite losses;
-# a new loss `x` is a spike when, after `warmup` values,
+# A divergence, unlike dirty data, usually warns: the loss jumps first. OLMo-core and
+# nanlab's guard watch with a **running z-score** (滑动 z 分数).
 #
-# - `z = (x − mean) / std` of the window is above `z_max` (6 by default: OLMo-core's
-#   6 sigma), and
-# - `x` is at least `(1 + rtol)` times the mean (`rtol = 0.5`): on a flat stretch
-#   the std is tiny and a harmless wobble would have a large `z`.
-#
-# Only upward jumps count. Every finite loss enters the window after it is judged,
-# spikes too, so that a lasting change of level is accepted, not flagged forever.
-# Non-finite values are neither flagged nor added (the non-finite check is the
-# guard's other half).
-#
-# **Exercise 3 · the detector.** Write `zscore_spikes(values, window=20, warmup=20,
-# z_max=6.0, rtol=0.5)`, returning the indices of `values` that are spikes. Use the
-# population std (`np.std`'s default); when the std is 0, `z` is `inf` if `x` is
-# above the mean, else 0; before `warmup` finite values have been seen (and while the
-# window holds fewer than 2), nothing is a spike.
+# **Exercise 3 · the detector.** Write
+# `zscore_spikes(values, window=20, warmup=20, z_max=6.0, rtol=0.5)`, the indices of
+# spikes in `values`. A finite `x` is a spike if `z = (x − mean) / std` over the last
+# `window` finite values exceeds `z_max` (OLMo-core's 6 sigma) **and** `x` is at least
+# `(1 + rtol)` times the mean (on a flat stretch a tiny std gives a harmless wobble a
+# large `z`).  Use the population std (`np.std`'s default); a std of 0 gives `z = inf`
+# if `x` is above the mean, else 0. No spike before `warmup` finite values, or with
+# fewer than 2 in the window. Every finite value joins the window after being judged,
+# spikes too (so a lasting change of level is accepted); non-finite values are neither
+# flagged nor added.
 
 # %%
 def zscore_spikes(values, window=20, warmup=20, z_max=6.0, rtol=0.5):
@@ -733,8 +638,7 @@ check("zscore_spikes",
       ])
 
 # %% [markdown]
-# Where does it fire on the runs of this lab? (If your function is not done yet,
-# this cell uses nanlab's.)
+# Where does it fire on this lab's runs? (Unfinished function: this cell uses nanlab's.)
 
 # %% tags=["nbval-check-output"]
 try:
@@ -747,50 +651,35 @@ print("lr_jump run:", detect(spike_losses))
 print("unguarded NaN run:", detect(losses))
 
 # %% [markdown]
-# - On the **clean run** it stays quiet for 200 steps, although the loss falls
-#   from 3.5 to 0.02: a falling loss is never a spike.
-# - On **lr_jump** it fires at step 41, the first spiking step (one after the LR
-#   glitch of step 40, Lab 03), then accepts the new level.
-# - On the **NaN run** it never fires: the dirty batch gave no warning, the loss
-#   before it was normal. A spike detector complements the non-finite check; it
-#   does not replace it.
-#
-# `Guard(mode, spike="skip" | "recover" | "stop")` wires the detector to an action.
-# Lab 03 showed that on a spike the model recovers from by itself, skipping or
-# rolling back can do more harm than good; keep the detector for alerting and for
-# spikes that do not come back down.
+# A falling loss (3.5 to 0.02) never fires it; lr_jump fires at step 41, one after the
+# glitch, then accepts the new level; the NaN came without warning, so a detector
+# complements the non-finite check, not replaces it.
+# `Guard(mode, spike="skip" | "recover" | "stop")` acts on spikes, but acting on one the
+# model recovers from alone can do more harm than good (Lab 03): alert, and act only on
+# spikes that stay up.
 #
 # ## 9. How the big systems do it
 # The article says Megatron-LM and DeepSpeed "detect overflow and recover
-# automatically". What each really does, from their public code and reports:
+# automatically". From their public code and reports:
 
 # %% [markdown]
-# | | watches | then | every data-parallel rank agrees through |
+# | | watches | then | ranks agree through |
 # |---|---|---|---|
-# | **PyTorch GradScaler** | inf / NaN in the fp16 gradients | skips that optimizer step; halves the loss scale (starts at 2¹⁶, doubles after 2,000 clean steps) | nothing: one process |
-# | **Megatron-LM** | the loss, every step (a NaN is fatal by default); the fp16 found-inf flag; optionally a *spiky loss*, 10x the largest of the early steps | on overflow: skips the optimizer **and** scheduler step, backs off the loss scale. Its rerun machinery can replay a step in place, then from a checkpoint on other GPUs, to tell a flaky device from a real fault | an all-reduce (MAX) of the found-inf flag |
-# | **DeepSpeed** | fp16 overflow in the gradients | skips the step ("OVERFLOW! ... Skipping step"), lowers the loss scale with a hysteresis of 2; dies when the scale is at its minimum | an all-reduced overflow flag |
-# | **OLMo-core** | loss or grad norm more than 6 std *above* the mean of the last 128 steps (one-sided: `loss - mean <= 6 * std` passes, so a low loss is never skipped), judged only once 64 values are in the window; computed on the device without a host sync (`src/olmo_core/optim/skip_step_optimizer.py`, `get_step_factor`) | skips that step (its update multiplied by 0) | the same decision if every rank feeds it the same reduced loss and grad norm |
-# | **PaLM 540B** | about 20 loss spikes, watched by people | restarted about 100 steps before each spike and skipped 200 to 500 batches; the same batches replayed from an earlier state did not spike: data and state together | the whole job restarts |
-# | **nanlab `Guard`** | a non-finite loss or grad norm; optionally a one-sided z-score of the loss (20 steps, 6 std, and 1.5x the mean) | `stop`, `skip` or `recover`: evidence kept, back to the last checkpoint, batches b … b+2 skipped (b−1 too, which matters only when the checkpoint is older than it), LR ÷ 10 only when the same incident comes back, give up after 3 rollbacks for it; every action an event with its reason; `rerun=True` replays the step to call it transient or persistent | an all-reduce of two flags when `torch.distributed` runs |
+# | **PyTorch GradScaler** | inf / NaN in fp16 gradients | skips the optimizer step, halves the loss scale (starts at 2¹⁶, doubles after 2,000 clean steps) | nothing: one process |
+# | **Megatron-LM** | the loss every step (NaN fatal by default); the fp16 found-inf flag; optionally a *spiky loss*, 10x the largest early one | on overflow, skips the optimizer **and** scheduler step, backs off the loss scale; its rerun machinery replays a step in place, then from a checkpoint on other GPUs: flaky device or real fault? | all-reduce (MAX) of the found-inf flag |
+# | **DeepSpeed** | fp16 gradient overflow | skips the step ("OVERFLOW! ... Skipping step"), lowers the loss scale with hysteresis 2; at the minimum, `runtime/fp16/loss_scaler.py` raises "Current loss scale already at minimum" unless `raise_error_at_min_scale` is off | all-reduced overflow flag |
+# | **OLMo-core** | loss or grad norm over 6 std *above* the mean of the last 128 steps (one-sided: `loss - mean <= 6 * std` passes), once 64 values are in; on device, no host sync (`src/olmo_core/optim/skip_step_optimizer.py`, `get_step_factor`) | skips the step (update times 0) | same decision given the same reduced loss and grad norm on every rank |
+# | **PaLM 540B** (Chowdhery et al. 2022, section 5.1) | about 20 loss spikes, watched by people | restarted about 100 steps before each, skipping 200 to 500 batches; the same batches from an earlier state did not spike: data and state together | the whole job restarts |
+# | **nanlab `Guard`** | non-finite loss or grad norm; optionally the z-score | `stop`, `skip`, `recover`; `rerun=True` replays the step: transient or persistent? | all-reduce of two flags under `torch.distributed` |
 
 # %% [markdown]
-# What to take from the table:
-#
-# - **Skip and loss scaling** are the industrial defaults for fp16 overflow, and
-#   they are automatic. Recovering from a *NaN in the weights* is not: Megatron-LM
-#   and DeepSpeed stop (or keep skipping) and a person, or a cluster script,
-#   restarts from a checkpoint. The article's "recover automatically" means "skip
-#   the overflow step".
-# - **Rollback plus data skip** is PaLM's recipe, done by hand at the largest scale.
-#   nanlab wires the rollback, the data skip and the LR cut together, which the
-#   others leave to the operator.
-# - Every rank must take **the same decision**, or the data-parallel copies drift
-#   apart: a single all-reduce of a flag does it.
-# - The toy-scale numbers (window 20, checkpoints every 10 steps, batches b − 1 to
-#   b + 2 marked) are sized for a 200-step run; PaLM restarted about 100 steps back
-#   and skipped 200 to 500 batches per spike (Chowdhery et al. 2022, section 5.1),
-#   a small share of a far longer run.
+# - **Skip and loss scaling** are the automatic defaults for fp16 overflow; a *NaN in
+#   the weights* is not: Megatron-LM and DeepSpeed stop (or keep skipping) until a
+#   person or cluster script restarts from a checkpoint. So the article's "recover
+#   automatically" means "skip the overflow step".
+# - nanlab automates PaLM's manual recipe, **rollback plus data skip**, and adds the LR
+#   cut.
+# - All ranks must **decide alike**, or the data-parallel copies drift apart.
 #
 # ## 10. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
@@ -899,25 +788,10 @@ FreeText(
 
 # %% [markdown]
 # ## Summary
-# - **A NaN is silent** (claim B3): the run trains on garbage to the end, while an
-#   out-of-memory error stops it. One NaN update makes **every** parameter and
-#   Adam's moments NaN (B2); a spike leaves them finite and heals. After a NaN,
-#   only a checkpoint brings the run back.
-# - A **stop-loss** (M9) belongs **after backward, before the update**: there it
-#   can drop the update and keep the last good state as evidence. One event later
-#   the weights are already gone.
-# - **Skip** contains a bad batch; it does not cure a fault in the weights, where it
-#   skips every step and freezes the run. Count and log the skips.
-# - **Recover** (M1, M10): evidence, roll back to the last good checkpoint, skip the
-#   batches around the failure, and cut the LR ÷ 10 only when it comes back. On two
-#   dirty batches it ended within 10 % of the clean run at the same steps (V2), and
-#   a rerun with the same seed reproduced it bit for bit (V1).
-# - "**Loss below 0.1 within 30 steps of a restart**" (V4) measures where the
-#   checkpoint was, not whether the recovery worked; LR ÷ 10 makes it harder to
-#   meet. Compare with a clean run at the same step instead.
-# - A **running z-score** catches a spike the step it happens; it cannot see a NaN
-#   from dirty data coming. Skip and loss scaling are what Megatron-LM and DeepSpeed
-#   automate; rollback with data skipping is PaLM's manual recipe (M13).
+# - A NaN is silent and poisons every weight at once; a spike heals.
+# - Stop-loss before the update; prove a recovery at the same step as a clean run, not
+#   by a 0.1 threshold (V4), and bit for bit (V1).
+# - Big systems automate skip and loss scaling, not rollback (M13).
 #
 # Your progress:
 

@@ -1,5 +1,6 @@
 """A Hugging Face model: a tiny Llama built from its config (nothing is downloaded),
-trained by nanlab's Trainer, broken by an all-padding batch, diagnosed, then guarded."""
+trained by nanlab's Trainer, broken by a batch whose labels are all masked, diagnosed,
+then guarded."""
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 

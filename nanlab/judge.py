@@ -286,9 +286,9 @@ def failure_point(bad: Any) -> tuple[int, float] | None:
 
 def gives_reference(bad: Any) -> bool:
     """Whether a bad run sets a bar of its own for a replay: it learned before it failed
-    (:func:`failure_point`), or it stayed finite (then the replay must beat its end).
-    (and not one that diverged far above its start: beating that only asks to learn).
-    When it does not, a replay only has to learn at all, a weak proof: diagnose then
+    (:func:`failure_point`), or it stayed finite and ended low enough that beating its
+    end asks more than learning at all (one that diverged far above its start does not).
+    When it sets none, a replay only has to learn at all, a weak proof: diagnose then
     keeps looking for a cause whose fix learns further.
 
     >>> import numpy as np

@@ -11,6 +11,8 @@ must find and prove.
 
 from __future__ import annotations
 
+import importlib.util
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,6 +41,24 @@ class Scenario:
     def build(self, config: TrainConfig) -> Trainer:
         torch.manual_seed(config.seed)  # the model's init, the same in every replay
         return self.make(config)
+
+    @property
+    def missing(self) -> str | None:
+        """The optional package this scenario needs and this machine lacks, if any."""
+        return self.needs if self.needs and importlib.util.find_spec(self.needs) is None \
+            else None
+
+    def bad_run(self) -> Trainer:
+        """The user's own run, as they would start it: a crash is its symptom and stays
+        in the record (``Trainer.run`` logs it before raising), so it is not re-raised."""
+        trainer = self.build(self.config)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # transformers' notes on a tiny config
+            try:
+                trainer.run()
+            except Exception:  # noqa: BLE001 - the crash is in the record
+                pass
+        return trainer
 
 
 def base(**changes) -> TrainConfig:

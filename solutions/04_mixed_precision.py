@@ -26,14 +26,11 @@
 # 32: half the memory traffic, much faster on a GPU, and the classic source of NaN.
 #
 # 1. **the numbers**: three formats, and what `autocast` runs in 16 bits;
-# 2. **one run, four precisions**: fp32, fp16 autocast, fp16 + GradScaler, bf16;
-#    which goes NaN, where (`locate`), and why inf comes before NaN;
-# 3. **the GradScaler**: its loss-scale curve, what it cures (underflow) and what
-#    it cannot (a forward-pass overflow); you write its update rule and unscale check;
-# 4. **bf16**: fp32's range without a scaler, paid for with 8 bits of precision;
-# 5. **Adam's eps in pure fp16**: `1e-8` is 0 in fp16;
-# 6. **the modern API**, `torch.amp`, in a ten-line loop, and why not
-#    `torch.cuda.amp`;
+# 2. **one run, four precisions**: which goes NaN, and where;
+# 3. **the GradScaler**;
+# 4. **bf16**;
+# 5. **Adam's eps in pure fp16**;
+# 6. **the modern API**, `torch.amp`;
 # 7. **practice**.
 #
 # CPU only, about 45 minutes. Lab 01 (the float formats) is assumed.
@@ -79,13 +76,12 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # %% [markdown]
 # fp16 overflows above **65504** and underflows below **6e-8**; bf16 reaches fp32's
 # **3.4e38** with only 8 bits of precision (`eps` = 0.0078). `exp` overflows fp16
-# at **11.09**: a logit or an attention score of 12 is enough.
+# at **11.09**: a logit or attention score of 12 is enough.
 #
 # ### What autocast runs in 16 bits
-# Mixed precision is not "the model in fp16". Under `torch.amp.autocast` the
-# **weights stay fp32** (the *master weights*, 主权重) and each op casts its inputs
-# to the precision it is listed for: matmuls and linear layers to 16 bits. Which
-# ops stay in fp32 depends on the **device**:
+# Under `torch.amp.autocast` the **weights stay fp32** (the *master weights*,
+# 主权重); each op casts its inputs to the precision it is listed for, matmuls and
+# linear layers to 16 bits. Which ops stay in fp32 depends on the **device**:
 
 # %%
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -133,10 +129,9 @@ for name, out in ops.items():
 # depend on the device: CUDA would run its `exp` and `sum` in fp32 and survive, the
 # CPU in fp16 (section 1).
 #
-# We run it four ways, same seed, same data. A callback records at every step the
-# largest logit and the largest **log of the softmax denominator**,
-# `logsumexp(logits)`, in fp32: the fp16 denominator overflows when that number
-# passes 11.09.
+# Four runs, same seed, same data. A callback records at every step the largest
+# logit and the largest **log of the softmax denominator**, `logsumexp(logits)`,
+# in fp32: the fp16 denominator overflows once it passes 11.09.
 
 # %%
 def watch_logits(store):
@@ -180,9 +175,8 @@ print("fp16 without a scaler: no NaN in 200 steps:",
 fig = plot_compare({name: run.record for name, run in runs.items()}, grad_norm=False)
 
 # %% [markdown]
-# Only the fp16 run *with* a GradScaler fails, late, once the model has learned.
-# Plain fp16 never goes NaN: section 3 explains why, and it is not "it was safer".
-# First, why the failure comes when it does:
+# Note plain fp16: no NaN at all. Section 3 shows why; it was not safer. First:
+# why does the GradScaler run fail then?
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 3.5), layout="constrained")
@@ -202,9 +196,8 @@ ax.grid(alpha=0.3)
 ax.legend(fontsize=7, loc="lower right");
 
 # %% [markdown]
-# The fp16 + GradScaler run dies at the first step its curve crosses 11.09; bf16
-# crosses it around the same step and carries on, since its limit is 88.7. Plain
-# fp16 never gets there.
+# Where does each curve cross 11.09, and what happens there? (bf16's limit is
+# 88.7.)
 #
 # ### Where exactly: `locate`, and inf before NaN
 # `locate` replays the GradScaler run's first bad step from its checkpoint and
@@ -226,24 +219,23 @@ print("largest single logit below 11.09 (every exp finite):", top_logit < FP16_E
 print("log of the largest sum above 11.09 (the sum overflows):", top_lse > FP16_EXP_LIMIT)
 
 # %% [markdown]
-# Read it in order:
+# In order:
 #
-# 1. Each `exp(logit)` is finite (the largest logit is just under 11.09), but
-#    their **sum** is not: `aten.sum` makes the first `+inf`, the softmax
-#    denominator of three positions.
+# 1. Each `exp(logit)` is finite, but their **sum** is not: `aten.sum` makes the
+#    first `+inf`, the softmax denominator of three positions.
 # 2. `exp(l_y) / inf = 0` and `−log(0) = +inf`: the loss is **inf, not NaN**.
-# 3. The NaN is made in the **backward** pass, where the chain rule multiplies
-#    that inf by a zero (`inf · 0 = NaN`). Inf first, NaN second: claim B1.
+# 3. In **backward** the chain rule multiplies that inf by a zero:
+#    `inf · 0 = NaN`. Inf first, NaN second: claim B1.
 #
-# In a log, an `inf` loss with `NaN` gradients in the same step is the fingerprint
-# of a forward-pass overflow.
+# An `inf` loss with `NaN` gradients in the same step is the fingerprint of a
+# forward-pass overflow.
 #
 # ## 3. The GradScaler: what it cures, what it cannot
 # ### The loss-scale curve
-# The record keeps each step's scale (the `loss_scale` column). PyTorch's
-# GradScaler starts at **2^16 = 65536**, multiplies the scale by **0.5** (backoff)
-# at every step whose gradients contain inf or NaN, skipping that step's update,
-# and by **2** (growth) after **2000** clean steps in a row.
+# The record's `loss_scale` column holds each step's scale. PyTorch's GradScaler
+# starts at **2^16 = 65536**, multiplies the scale by **0.5** (backoff) at every
+# step whose gradients contain inf or NaN, skipping that step's update, and by
+# **2** (growth) after **2000** clean steps in a row.
 
 # %%
 srows = scaled.record.steps
@@ -275,27 +267,25 @@ print("scale at the last step below 1:", scale[-1] < 1)
 
 
 # %% [markdown]
-# Two regimes on one curve:
+# Two regimes:
 #
-# - **Before the failure**, a few isolated skips: the first step (starting high is
-#   cheap: a scale that is too big costs one skipped step and is halved) and an
-#   occasional step whose scaled gradients passed 65504. One skip in dozens costs
-#   nothing: the scaler is working.
-# - **After it**, the loss itself is inf in the forward pass. The scaler cannot
-#   tell that from a gradient overflow: it skips and halves at every step, the
-#   weights stay frozen, and the next step overflows again. The scale falls from
-#   thousands to below 1 in a few dozen steps and would go on: PyTorch's
-#   GradScaler has no floor. DeepSpeed stops with "Current loss scale already at
-#   minimum"; gpt-neox users asked for exactly that abort.
+# - **Before the failure**, a few isolated skips: the first step (starting high
+#   costs one skipped step, and the scale is halved) and an occasional step whose
+#   scaled gradients passed 65504: the scaler working, at almost no cost.
+# - **After it**, the loss itself is inf. The scaler cannot tell that from a
+#   gradient overflow: it skips and halves at every step, the weights stay frozen,
+#   and the next step overflows again. PyTorch's GradScaler has no floor;
+#   DeepSpeed stops with "Current loss scale already at minimum", and gpt-neox
+#   users asked for exactly that abort.
 #
 # BLOOM's 104B fp16 attempts died this way (the loss scale collapsed and the runs
 # diverged); the 176B model was trained in bf16 instead. **Log the loss scale, and
 # alert when it keeps falling.**
 #
 # **Exercise 1 · the update rule.** Write `next_scale`, the rule of
-# `GradScaler.update()`: after an overflow step, multiply by `backoff` and reset
-# the count of clean steps; after a clean step, add one to the count, and when it
-# reaches `growth_interval`, multiply by `growth` and reset the count. Return
+# `GradScaler.update()`: on an overflow step, multiply by `backoff` and reset the
+# count of clean steps; on a clean step, add one to the count, and when it reaches
+# `growth_interval`, multiply by `growth` and reset it. Return
 # `(new_scale, new_good_steps)`.
 
 # %%
@@ -348,11 +338,11 @@ check("next_scale",
 
 # %% [markdown]
 # ### What the scaler is for: gradients that underflow
-# Why did plain fp16, with no scaler, never go NaN? Take the model trained in fp32
-# (200 steps, confident) and run one backward pass in fp32, in fp16 autocast, and
-# in fp16 autocast with the loss multiplied by 2^16 (the gradient divided by it
-# afterwards). We count the logit-gradient entries that fp16 flushed to exactly 0
-# (with the stable `F.cross_entropy`, so that nothing overflows).
+# Why did plain fp16 never go NaN? One backward pass of the model trained in fp32
+# (200 steps, confident), three ways: fp32, fp16 autocast, and fp16 autocast with
+# the loss times 2^16 (and the gradient divided by it). How many logit-gradient
+# entries does fp16 flush to exactly 0? (With the stable `F.cross_entropy`,
+# nothing overflows.)
 
 # %%
 from nanlab.train import lm_loss
@@ -395,26 +385,24 @@ print("with the loss scaled by 2**16, fewer than 0.1 %:", flushed[2.0**16] < 0.0
 
 
 # %% [markdown]
-# The loss is a mean over about a thousand positions, so each position's gradient
-# is divided by a thousand; for a confident prediction it falls below fp16's 6e-8
-# and becomes exactly 0. Scaling the loss by 2^16 lifts those values into range;
-# dividing afterwards in fp32 restores their size. **Loss scaling is for underflow
-# (下溢) in the backward pass.**
+# The loss averages about a thousand positions, so each position's gradient is
+# divided by a thousand; for a confident prediction it falls below fp16's 6e-8, to
+# exactly 0. Scaling the loss by 2^16 lifts those values into range; dividing
+# afterwards in fp32 restores their size. **Loss scaling is for underflow (下溢) in
+# the backward pass.**
 #
-# So in section 2, plain fp16 lost the gradients that would have made the model
-# more confident: its largest logsumexp stalled below 11, just under the overflow
-# line, and it ended with more than twice the fp32 run's loss. It did not go NaN
-# because it **learned less**. A change that makes the NaN go away has not
-# necessarily fixed anything (as with AMP off in Lab 03).
+# So plain fp16 lost the gradients that would have made it more confident (compare
+# its logsumexp curve and final loss with fp32's): it did not go NaN because it
+# **learned less**. A change that makes the NaN go away has not necessarily fixed
+# anything (as with AMP off in Lab 03).
 #
 # ### The scaler's check, by hand
-# Before the optimizer step, `scaler.unscale_(optimizer)` divides every gradient by
-# the scale and records whether any is inf or NaN; `scaler.step(optimizer)` then
-# skips `optimizer.step()` if so.
-#
-# **Exercise 2 · unscale and check.** Write `unscale_and_check(grads, scale)`:
-# return `(unscaled, found_inf)`: new tensors `g / scale`, and `True` when any
-# element of any gradient is inf or NaN.
+# **Exercise 2 · unscale and check.** Before the optimizer step,
+# `scaler.unscale_(optimizer)` divides every gradient by the scale and records
+# whether any is inf or NaN; `scaler.step(optimizer)` then skips
+# `optimizer.step()` if so. Write `unscale_and_check(grads, scale)`: return
+# `(unscaled, found_inf)`, new tensors `g / scale` and `True` when any element of
+# any gradient is inf or NaN.
 
 # %%
 def unscale_and_check(grads, scale):
@@ -455,13 +443,13 @@ check("unscale_and_check",
 
 # %% [markdown]
 # Clip **after** `unscale_`, so that `max_norm = 1.0` means 1.0 in real units, not
-# in units of 65536. A clipped inf is still not finite, so the scaler decides from
-# what `unscale_` found, not from the clipped values.
+# in units of 65536. A clipped inf is still not finite, so the scaler decides on
+# what `unscale_` found, not on clipped values.
 #
 # ## 4. bf16: fp32's range, 8 bits of precision
-# bf16 keeps fp32's 8 exponent bits: nothing in this model comes near its limit,
-# the gradients do not underflow, and **no scaler is needed**. The price is the
-# mantissa. Add an update of 0.001 to a weight of 1.0:
+# With fp32's 8 exponent bits, bf16 needs **no scaler**: nothing here comes near
+# its limit, and gradients do not underflow. The price is the mantissa: add 0.001
+# to a weight of 1.0.
 
 # %% tags=["nbval-check-output"]
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -470,10 +458,9 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
           f"spacing of numbers at 1.0: {torch.finfo(dtype).eps:.2e}")
 
 # %% [markdown]
-# In bf16 the update is lost: the next number after 1.0 is 1.0078. Updates are
-# usually far smaller than the weights, so **weights and optimizer state stay in
-# fp32** and only the compute runs in bf16, as autocast does. The bf16 run above
-# trained that way:
+# bf16 loses the update: the next number after 1.0 is 1.0078. Updates are usually
+# far smaller than the weights, so **weights and optimizer state stay in fp32** and
+# only the compute runs in bf16, as in autocast and in the bf16 run above:
 
 # %% tags=["nbval-check-output"]
 b = runs["bf16"]
@@ -486,12 +473,12 @@ print("bf16 run uses a GradScaler:", b.trainer.scaler is not None)
 print("bf16 final loss within 10 % of fp32's:", abs(b16_end - f32_end) < 0.1 * f32_end)
 
 # %% [markdown]
-# bf16 cured `fp16_overflow` with no other change and no scaler: the usual first
-# fix for fp16 overflow on hardware that supports it (NVIDIA A100 and later, TPUs).
-# Two limits: it does not cure a real divergence (Lab 03's `high_lr` still diverges
-# in bf16: `nanlab matrix --faults high_lr --fixes bf16`), and the proper fix of
-# *this* fault is the stable loss, `F.cross_entropy` (`nanlab.faults.fixes` calls
-# it `stable_softmax`).
+# bf16, with no other change and no scaler, is the usual first fix for fp16
+# overflow on hardware that supports it (NVIDIA A100 and later, TPUs). Two limits:
+# it does not cure a real divergence (Lab 03's `high_lr` still diverges in bf16:
+# `nanlab matrix --faults high_lr --fixes bf16`), and the proper fix of *this*
+# fault is the stable loss, `F.cross_entropy` (`nanlab.faults.fixes` calls it
+# `stable_softmax`).
 #
 # ## 5. Adam's eps in pure fp16
 # Some code puts the *whole* model and optimizer in fp16 (`model.half()`), without
@@ -528,9 +515,8 @@ print("eps = 1e-8:", one_adam_step(1e-8))
 print("eps = 1e-4:", one_adam_step(1e-4))
 
 # %% [markdown]
-# `1e-4 / 0 = inf` and `0 / 0 = NaN`, written straight into the weights by the
-# optimizer. The fault `adam_eps_fp16` does this to the toy model; where does
-# `locate` point?
+# `1e-4 / 0 = inf` and `0 / 0 = NaN`, written straight into the weights. The fault
+# `adam_eps_fp16` does this to the toy model; where does `locate` point?
 
 # %%
 eps_run = run_fault("adam_eps_fp16", steps=5)
@@ -543,16 +529,16 @@ print("located step:", eps_loc.step, "| pass:", eps_loc.pass_name,
       "| op:", eps_loc.first_op.op)
 
 # %% [markdown]
-# The loss of step 0 is fine; its **update** writes ±inf into the weights
-# (`aten.addcdiv_` is how PyTorch's Adam applies `w -= lr · m / (√v + eps)`). The
-# signature: a NaN one step after a normal loss, nothing growing before it, and
-# `locate` in the optimizer pass.
+# Step 0's **update** writes ±inf into the weights (`aten.addcdiv_` is how
+# PyTorch's Adam applies `w -= lr · m / (√v + eps)`). The signature: a NaN one step
+# after a normal loss, nothing growing before it, and `locate` in the optimizer
+# pass.
 #
-# The cure is to keep what Adam accumulates in fp32: fp16 *autocast* with a
-# GradScaler (fp32 master weights and optimizer state; nanlab calls that fix
-# `grad_scaler`), or bf16 autocast. An eps that fp16 can represent (1e-4) also
-# stops the NaN, but pure-fp16 training stays fragile. The fix, same seed, 60
-# steps, against the fp32 run:
+# The cure: keep what Adam accumulates in fp32, with fp16 *autocast* and a
+# GradScaler (fp32 master weights and optimizer state; nanlab's fix
+# `grad_scaler`) or with bf16 autocast. An eps fp16 can represent (1e-4) also
+# stops the NaN, but pure-fp16 training stays fragile. The fix against the fp32
+# run, same seed, 60 steps:
 
 # %%
 eps_fixed = run_fault("adam_eps_fp16", fixes=["grad_scaler"], steps=60, decay_steps=200)
@@ -570,15 +556,15 @@ print("loss at step 59 within 10 % of the fp32 run:",
 
 # %% [markdown]
 # ## 6. The modern API in ten lines
-# Everything above, in a loop you could paste into your own code. Three rules:
+# A loop for your own code. Three rules:
 #
 # - `torch.amp.autocast(device_type=..., dtype=...)` and
 #   `torch.amp.GradScaler(device)`: the `torch.cuda.amp` spellings are deprecated;
 # - autocast wraps the **forward pass and the loss only**, not `backward`;
 # - `unscale_` before clipping, then `step` and `update`.
 #
-# `growth_interval=10` instead of 2000, so that 60 steps show the scale probing
-# upwards and backing off.
+# With `growth_interval=10` (not 2000), 60 steps show the scale probing upwards
+# and backing off.
 
 # %%
 from nanlab.data import CountingTask
@@ -620,12 +606,11 @@ print("the scale grew again after 10 clean steps:",
       any(loop_scale[i + 1] > loop_scale[i] for i in range(59)))
 
 # %% [markdown]
-# The sawtooth is normal: the scaler keeps trying a larger scale (more headroom
-# for small gradients) and backs off when a step overflows. A few skipped steps
-# per thousand are the price; a scale that only ever goes down is the alarm.
+# The sawtooth is normal: the scaler keeps probing a larger scale (more headroom
+# for small gradients) and backs off after an overflow. A few skips per thousand
+# steps are the price; a scale that only goes down is the alarm.
 #
-# And the old spelling? On a machine without CUDA it does not fail, it quietly
-# turns itself off:
+# And the old spelling, on a machine without CUDA?
 
 # %%
 with warnings.catch_warnings(record=True) as caught:
@@ -640,10 +625,8 @@ print("torch.cuda.amp.GradScaler() raises a FutureWarning (deprecated):",
       any(issubclass(w.category, FutureWarning) for w in caught))
 
 # %% [markdown]
-# Code copied from a 2020 tutorial runs on a laptop without scaling and without a
-# word beyond a warning; on a GPU it still works today, and will stop working when
-# the deprecated names are removed. Write `torch.amp.autocast(device_type=...)` and
-# `torch.amp.GradScaler(device)`.
+# Code from a 2020 tutorial thus runs unscaled on a laptop, with only a warning;
+# on a GPU it works until the deprecated names are removed.
 #
 # ## 7. Practice
 
@@ -745,21 +728,16 @@ FreeText(
 
 # %% [markdown]
 # ## Summary
-# - fp16 overflows above **65504** (exp above **11.09**) and underflows below
-#   **6e-8**; bf16 has fp32's range with 8 bits of precision.
-# - Autocast keeps **fp32 weights** and runs matmuls in 16 bits; which other ops
-#   stay fp32 depends on the device. Write hand-made losses in fp32 or use the
-#   stable built-ins.
-# - The same hand-written loss: **fp32 and bf16 fine, fp16 + GradScaler inf at step
-#   ~87**, when the softmax denominator passes 65504; the loss is inf, the NaN comes
-#   in backward (inf first, then NaN).
-# - The **GradScaler cures underflow** (most of the logit gradients were 0
-#   without it) and skips rare overflow steps; it **cannot cure a forward
-#   overflow**: the scale collapses, as in BLOOM's fp16 runs. Log the scale.
-# - Plain fp16 "survived" by learning less: a NaN that goes away is not a fix.
-# - **Adam eps 1e-8 is 0 in fp16**: pure fp16 writes inf / NaN in the first
-#   update; keep optimizer state in fp32 (autocast) or use bf16.
-# - Use `torch.amp.autocast(device_type=...)` and `torch.amp.GradScaler(device)`;
+# - fp16: max **65504**, `exp` overflows above **11.09**, underflow below
+#   **6e-8**; bf16: fp32's range, 8 bits of precision.
+# - Autocast keeps **fp32 weights**; its fp32 op list depends on the device:
+#   write hand-made losses in fp32 or use the stable built-ins.
+# - An `inf` loss, then `NaN` gradients: a forward overflow (here at step ~87).
+# - The **GradScaler cures underflow** and skips rare overflow steps; a **forward
+#   overflow** makes its scale collapse (BLOOM's fp16 runs). Log the scale.
+# - A NaN that goes away is not a fix: plain fp16 "survived" by learning less.
+# - **Adam eps 1e-8 is 0 in fp16**: keep optimizer state in fp32, or use bf16.
+# - `torch.amp.autocast(device_type=...)`, `torch.amp.GradScaler(device)`,
 #   `unscale_` before clipping.
 #
 # Your progress:

@@ -25,35 +25,29 @@
 # Every large run is data-parallel: N copies of the model (replicas, 副本), one per
 # rank (进程/卡), each training on its own shard of the data. PyTorch's DDP
 # (DistributedDataParallel) averages the gradients of all ranks during backward
-# with an **all-reduce** (全归约), so that every rank applies the same update and
+# with an **all-reduce** (全归约), so every rank applies the same update and
 # the replicas stay equal. What happens when only *one* rank gets a bad batch?
-# In this lab:
 #
-# 1. **a NaN on one rank**: rank 1's batch carries a NaN, rank 0's is clean; see
-#    where the NaN ends up, with and without a guard;
-# 2. **a decision on a local value**: rank 1's shard is garbled, its loss spikes,
-#    rank 0's does not; each rank's guard decides alone, and the replicas drift
-#    apart without a word (you measure by how much);
-# 3. **the fix**: every rank takes the decision any rank took, with one all-reduce
-#    of the flags (MAX); you write its semantics and check it against the run;
+# 1. **a NaN on one rank**, with and without a guard;
+# 2. **a decision on a local value**: the replicas drift apart;
+# 3. **the fix**: all-reduce the flags with MAX;
 # 4. **how Megatron-LM and DeepSpeed do it**;
 # 5. **practice** in interview form.
 #
-# Two real processes, joined by PyTorch's gloo backend on this machine's CPU; about
-# 30 minutes.
+# Two real processes on this machine's CPU; about 30 minutes.
 
 # %% [markdown]
 # ## Setup
 # `nanlab.distributed.launch(fn, 2, ...)` starts two Python processes, joins them
 # in a process group (gloo, on 127.0.0.1), runs `fn(rank, 2, ...)` in each and
-# hands back each rank's result. The worker here is the package's
-# `train_data_parallel`: the toy Transformer of Lab 00 wrapped in DDP, on the
-# counting task, rank *r* training on global batches *r*, *r* + 2, *r* + 4, ...
-# (the interleaving of PyTorch's `DistributedSampler`), seed 0.
+# returns each rank's result. The worker, `train_data_parallel`, is Lab 00's toy
+# Transformer wrapped in DDP, on the counting task; rank *r* trains on global
+# batches *r*, *r* + 2, *r* + 4, ... (the interleaving of PyTorch's
+# `DistributedSampler`), seed 0.
 #
-# The worker runs on the CPU even when a GPU is present: gloo is a CPU backend.
-# A GPU job would use NCCL; the mechanism (DDP's gradient all-reduce, the flag
-# all-reduce) is the same, the loss values would differ in their last digits.
+# The worker runs on the CPU even with a GPU present: gloo is a CPU backend. A GPU
+# job would use NCCL, with the same mechanism (DDP's gradient all-reduce, the flag
+# all-reduce) and loss values that differ in their last digits.
 
 # %%
 import inspect
@@ -73,25 +67,24 @@ start_lab("09_data_parallel")
 
 # %% [markdown]
 # ## The experiment: five runs, one launch
-# Starting the processes costs more than the training: each one imports PyTorch
-# and joins the group, about 10 to 20 s on a busy 2-core machine. So we launch
-# once and let each rank run five short trainings in a row, each a controlled
-# replay (same seed, same data, one change):
+# Starting the processes (each imports PyTorch and joins the group: about 10 to
+# 20 s on a busy 2-core machine) costs more than training, so one launch runs five
+# short trainings per rank, each a controlled replay (same seed, same data, one
+# change):
 #
-# - `clean` (10 steps): nothing changed, the yardstick;
-# - `nan` (10 steps): rank 1's batch of step 6 has one NaN in its float feature
-#   (the `nan_input` fault); no guard;
-# - `nan + guard`: the same, with `Guard("skip")` on each rank, each deciding alone;
-# - `garbled, alone` (25 steps): rank 1's batch of step 24 has random targets (a
-#   `garbled` shard); a spike detector on each rank, each deciding alone;
-# - `garbled, agreed` (25 steps): the same detector, its flags all-reduced across
-#   ranks.
+# - `clean` (10 steps): the yardstick;
+# - `nan` (10 steps): one NaN in the float feature of rank 1's batch of step 6 (the
+#   `nan_input` fault), no guard;
+# - `nan + guard`: the same, with `Guard("skip")` deciding alone on each rank;
+# - `garbled, alone` (25 steps): random targets in rank 1's batch of step 24 (a
+#   `garbled` shard), a spike detector deciding alone on each rank;
+# - `garbled, agreed` (25 steps): the same, with its flags all-reduced.
 #
-# "Each deciding alone" is `sync_ranks=False`; by default (`sync_ranks=None`) the
-# guard all-reduces its flags whenever it runs under `torch.distributed`.
+# "Deciding alone" is `sync_ranks=False`; by default (`sync_ranks=None`) the guard
+# all-reduces its flags whenever it runs under `torch.distributed`.
 #
-# **Exercise 1 · predict.** Before you run the launch, predict four outcomes:
-# return a dict mapping each of the `STATEMENTS` to `True` or `False`.
+# **Exercise 1 · predict.** Before the launch, predict four outcomes: return a dict
+# mapping each of the `STATEMENTS` to `True` or `False`.
 
 # %%
 STATEMENTS = [
@@ -110,9 +103,9 @@ def my_predictions():
 
 
 # %% [markdown]
-# Now the launch (about 15 to 30 s). The garbled runs use a shorter detector window
-# than the guard's default (10 steps instead of 20): in 25 steps the loss is still
-# falling fast, which widens a long window's spread and hides the spike.
+# The launch takes about 15 to 30 s. The garbled runs' detector window is 10 steps,
+# not the default 20: in 25 steps the loss still falls fast, which widens a long
+# window's spread and hides the spike.
 
 # %%
 NAN = {"fault": "nan_input", "steps": 10, "at_step": 6, "checkpoint_every": 5}
@@ -132,9 +125,9 @@ runs = {name: (per_rank[0][i], per_rank[1][i]) for i, name in enumerate(RUNS)}
 print(f"two processes, five runs each: {time.perf_counter() - start:.1f} s")
 
 # %% [markdown]
-# Each result is a dict per rank: `losses` (this rank's loss at every step, on its
-# own shard), `skipped` (the steps its guard dropped), `events` (what the guard did
-# and why), `params` (all weights, flattened) and `finite`. Check your predictions:
+# Each result is a dict per rank: `losses` (this rank's loss at every step),
+# `skipped` (the steps its guard dropped), `events` (what the guard did and why),
+# `params` (all weights, flattened) and `finite`. Check your predictions:
 
 # %% tags=["nbval-check-output"]
 r0, r1 = runs["nan"]
@@ -173,16 +166,13 @@ print("both processes ran every step and exited without an error:",
       len(r0["losses"]) == len(r1["losses"]) == 10)
 
 # %% [markdown]
-# Follow the NaN. Rank 1's forward pass turns the NaN feature into a NaN loss and
-# NaN gradients. Rank 0's loss at step 6 is finite: **the loss is local**, computed
-# on each rank's own shard. Then DDP's all-reduce averages the gradients,
-# `(g₀ + NaN) / 2 = NaN`, and hands the average to *both* ranks. Both optimizers
-# apply the same NaN update: every weight on both ranks becomes NaN, in lockstep.
-# From step 7 on, rank 0's clean batches give a NaN loss too.
+# Rank 1's NaN feature makes a NaN loss and NaN gradients; rank 0's loss at step 6
+# is finite: **the loss is local**, computed on each rank's own shard. DDP's
+# all-reduce then averages the gradients, `(g₀ + NaN) / 2 = NaN`, and both ranks
+# apply the same NaN update: every weight becomes NaN, in lockstep.
 #
-# The replicas are still bit-identical: **identically destroyed**. And nothing
-# complained: both processes trained on NaN to the last step and exited normally,
-# as a single-process run does (claim B3, Lab 02), now on every card at once.
+# The replicas stay bit-identical: **identically destroyed**. Nothing complained,
+# as in a single-process run (claim B3, Lab 02), now on every card at once.
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3), layout="constrained")
@@ -202,7 +192,7 @@ ax.legend(fontsize=7);
 
 # %% [markdown]
 # **With a guard.** The `nan + guard` run attaches `Guard("skip")` to each rank,
-# each deciding alone. The guard looks at the step's loss *and* its global gradient
+# each deciding alone. The guard checks the step's loss *and* its global gradient
 # norm after backward, before the optimizer step. What did rank 0 decide, although
 # its own loss was finite?
 
@@ -232,15 +222,13 @@ print("about one update behind (between the clean loss at steps 9 and 7):",
 # %% [markdown]
 # Rank 0 saw the NaN in the *averaged* gradients: after DDP's all-reduce the global
 # gradient norm is NaN on every rank, so a guard that checks it skips on every
-# rank, even without talking to the others. Both skip step 6, the weights stay
-# finite and bit-identical, and the loss goes on falling at the clean run's pace,
-# one update behind it: the skipped update is the only cost (early in training, as
-# here, one update is worth a few per cent of the loss).
+# rank without talking to the others. The only cost is the skipped update (early
+# in training, as here, one update is worth a few per cent of the loss).
 #
-# Note what saved rank 0: the **gradient** check. A check on the local loss only
-# (the common `if not math.isfinite(loss.item()): skip`) sees a finite loss on
-# rank 0 at step 6: rank 0 would step with NaN gradients while rank 1 skips.
-# (Practice question `09-local-loss-check` asks what follows.)
+# What saved rank 0 is the **gradient** check. A check on the local loss only (the
+# common `if not math.isfinite(loss.item()): skip`) sees a finite loss on rank 0 at
+# step 6, so rank 0 would step with NaN gradients while rank 1 skips (practice
+# question `09-local-loss-check`).
 #
 # ## 2. A decision on a local value: the replicas drift apart
 # Not every bad batch makes a NaN. In the garbled runs, rank 1's batch of step 24
@@ -248,7 +236,7 @@ print("about one update behind (between the clean loss at steps 9 and 7):",
 # as text. The loss stays finite but jumps on rank 1 only, even above ln 32 ≈ 3.5
 # (a uniform guess): the model is confidently wrong about every random target.
 # The spike detector (损失尖峰检测) works on the **local** loss, so only rank 1's
-# fires. In `garbled, alone` each rank acts on its own decision.
+# fires, and in `garbled, alone` each rank acts on its own.
 
 # %%
 g0, g1 = runs["garbled, alone"]
@@ -269,9 +257,9 @@ ax.set(xlabel="step", ylabel="loss (this rank's shard)",
 ax.legend(fontsize=8);
 
 # %% [markdown]
-# Rank 1 skipped step 24; rank 0 saw a normal loss and stepped. Both had the same
-# averaged gradient in hand (DDP's all-reduce ran in backward, garbled part
-# included), but only one applied it. Now measure the replicas:
+# Both ranks held the same averaged gradient (DDP's all-reduce ran in backward,
+# garbled part included), but only rank 0 applied it. How far apart are the
+# replicas now?
 
 # %%
 gap = replica_gap([g0["params"], g1["params"]])
@@ -287,24 +275,21 @@ print("largest weight difference above 1e-4:", gap > 1e-4)
 print("every weight finite on both ranks:", g0["finite"] and g1["finite"])
 
 # %% [markdown]
-# **Silent drift** (副本不一致). After step 24 the two ranks hold different models,
-# and nothing will bring them back together: every later step applies the *same*
-# averaged gradient to *different* weights (computed, from then on, by two
-# different models), and DDP synchronises gradients, never the parameters after
-# the first broadcast. Nothing notices: the loss is finite, no rank raises
-# anything. The checkpoint
-# that rank 0 writes (the usual practice) holds one of the two models; the
-# training really ran with two.
+# **Silent drift** (副本不一致). After step 24 the ranks hold different models, and
+# nothing brings them back together: every later step applies the *same* averaged
+# gradient (computed from then on by two different models) to *different* weights,
+# and DDP synchronises gradients, never the parameters after the first broadcast.
+# No rank raises anything. The checkpoint rank 0 writes (the usual practice) holds
+# one of the two models; the training ran with two.
 #
-# The same holds for any decision on a value that is local to a rank: a check on
-# the local loss, a per-rank data check that drops a batch, a rollback decided by
-# one rank (that rank alone would go back to an earlier checkpoint).
+# The same holds for any decision on a rank-local value: a check on the local loss,
+# a per-rank data check that drops a batch, a rollback decided by one rank.
 #
-# **Exercise 2 · a replica-drift check.** Real runs compare replicas from their
-# state dicts (or checkpoints), not from a flat vector. Write `weight_gap(state_a,
-# state_b)`: the largest absolute difference between two state dicts with the same
-# keys, over every tensor, as a Python float; NaN if any difference is NaN.
-# `as_state_dict` turns a rank's flat `params` back into the model's state dict.
+# **Exercise 2 · a replica-drift check.** Real runs compare replicas from state
+# dicts (or checkpoints), not a flat vector. Write `weight_gap(state_a, state_b)`:
+# the largest absolute difference over every tensor of two state dicts with the
+# same keys, as a Python float; NaN if any difference is NaN. `as_state_dict`
+# turns a rank's flat `params` back into the model's state dict.
 
 # %%
 SHAPES = {k: v.shape for k, v in GPT(TrainConfig().model).state_dict().items()}
@@ -349,8 +334,8 @@ check("weight_gap",
       ])
 
 # %% [markdown]
-# Which tensors did the one-sided skip touch? (The package's `replica_gap` stands
-# in if your function is not done yet.)
+# Which tensors did the one-sided skip touch? (`replica_gap` stands in if your
+# function is not done yet.)
 
 # %%
 a, b = (as_state_dict(r["params"]) for r in runs["garbled, alone"])
@@ -366,11 +351,11 @@ print("tensors that differ:", sum(g > 0 for g in per_tensor.values()), "of",
       len(per_tensor))
 
 # %% [markdown]
-# And the `nan` run? Its replicas are bit-identical, yet the gap is NaN, because
-# `NaN − NaN` is NaN. A value-based check cannot tell "identically destroyed" from
-# "different"; that is why `replicas_identical` compares the **bits** (the float32
-# bit patterns as integers), and why a drift check in a real run should compare a
-# hash or checksum of the bits across ranks.
+# The `nan` run's replicas are bit-identical, yet their gap is NaN: `NaN − NaN` is
+# NaN. A value-based check cannot tell "identically destroyed" from "different", so
+# `replicas_identical` compares the **bits** (the float32 bit patterns as
+# integers), and a real run's drift check should compare a hash or checksum of the
+# bits across ranks.
 
 # %% tags=["nbval-check-output"]
 n0, n1 = runs["nan"]
@@ -380,8 +365,8 @@ print("nan run: bit-identical:", replicas_identical([n0["params"], n1["params"]]
 # %% [markdown]
 # ## 3. The fix: every rank takes the decision any rank took
 # Before the optimizer step, each rank puts its decision flags into a small tensor
-# and all ranks all-reduce it with **MAX**: a 1 anywhere becomes a 1 everywhere.
-# That is a logical OR across ranks: **any rank bad → every rank skips**. This is
+# and all ranks all-reduce it with **MAX**: a 1 anywhere becomes a 1 everywhere, a
+# logical OR across ranks: **any rank bad → every rank skips**. This is
 # `nanlab.guard.agree`, which the guard calls once per step (the flags are
 # "non-finite" and "spike"):
 
@@ -393,9 +378,9 @@ print(inspect.getsource(agree))
 # **Exercise 3 · the semantics of `agree`.** Write it as a pure function, no
 # process group needed: `per_rank[r]` is rank *r*'s tuple of flags; return what
 # each rank holds after the all-reduce, a list with one tuple of bools per rank.
-# The check compares it with the reduction gloo performs (a MAX over ranks), and
-# then replays the `garbled, alone` run through it: each rank's local skip
-# decision at every step, agreed, must give the skips of the `garbled, agreed` run.
+# The check compares it with gloo's reduction (a MAX over ranks), then replays the
+# `garbled, alone` run through it: each rank's local skip decision at every step,
+# agreed, must give the skips of the `garbled, agreed` run.
 
 # %%
 def agree_flags(per_rank):
@@ -446,8 +431,8 @@ check("agree_flags", lambda: ([agree_flags(c) for c in CASES], replay(agree_flag
       ])
 
 # %% [markdown]
-# And the run that does it, `garbled, agreed` (the same detector, `sync_ranks` left
-# at its default):
+# The run that does it, `garbled, agreed` (the same detector, `sync_ranks` at its
+# default):
 
 # %%
 a0, a1 = runs["garbled, agreed"]
@@ -464,16 +449,13 @@ print("replicas bit-identical:", replicas_identical([a0["params"], a1["params"]]
 print("largest weight difference is 0.0:", replica_gap([a0["params"], a1["params"]]) == 0.0)
 
 # %% [markdown]
-# Rank 1's detector fired; rank 0's did not, but after the all-reduce rank 0 holds
-# the spike flag too, skips the same step and logs the reason ("loss spike on
-# another rank"). The replicas stay bit-identical. The price is one all-reduce of
-# two numbers per step, next to the all-reduce of every gradient of the model that
-# DDP already does every step.
+# The price of agreeing: one all-reduce of two numbers per step, next to the
+# all-reduce of every gradient of the model that DDP already does.
 #
 # ## 4. How Megatron-LM and DeepSpeed do it
-# Both detect a bad step in the optimizer, after the gradients are reduced, and
-# both make the decision global the same way: **a found-inf (overflow) flag,
-# all-reduced with MAX, before the optimizer step**.
+# Both detect a bad step in the optimizer, after the gradient reduction, and make
+# it global the same way: **a found-inf (overflow) flag, all-reduced with MAX,
+# before the optimizer step**.
 #
 # - **Megatron-LM** (`megatron/core/optimizer/optimizer.py`, the mixed-precision
 #   optimizer): while unscaling the gradients it sets a `found_inf` tensor to 1 if
@@ -485,27 +467,25 @@ print("largest weight difference is 0.0:", replica_gap([a0["params"], a1["params
 #   backs off, the learning-rate schedule does not advance, and the log counts a
 #   "skipped iteration".
 # - **DeepSpeed** (`runtime/utils.py` `CheckOverflow`, and the ZeRO optimizers):
-#   each rank checks its gradients (or their norm) for inf / NaN, all-reduces the
-#   overflow flag with MAX over the data-parallel group and then the
-#   model-parallel group, and every rank skips together, lowers the loss scale
-#   and logs "OVERFLOW! ... Skipping step".
+#   each rank checks its gradients (or their norm) for inf / NaN and all-reduces
+#   the overflow flag with MAX over the data-parallel group, then the
+#   model-parallel group; every rank skips, lowers the loss scale and logs
+#   "OVERFLOW! ... Skipping step".
 #
-# Why do they need the all-reduce, when section 1 showed that DDP already spreads a
-# NaN gradient to every rank? Because in their setups the gradients are not
-# replicated: with ZeRO stages 2-3 or Megatron's distributed optimizer each rank
-# keeps only its shard of the averaged gradients, and with tensor or pipeline
-# parallelism each rank holds a different slice of the weights. An inf in one shard
-# is seen by one rank only, and without the flag that rank alone would skip: the
-# drift of section 2. nanlab's guard does the same for its two flags, non-finite
-# and spike, so a decision on the local loss (which these two systems do not take
-# in the optimizer) is global too.
+# Why the all-reduce, if DDP already spreads a NaN gradient to every rank (section
+# 1)? Because there the gradients are not replicated: with ZeRO stages 2-3 or
+# Megatron's distributed optimizer each rank keeps only its shard of the averaged
+# gradients, and with tensor or pipeline parallelism each rank holds a different
+# slice of the weights. An inf in one shard is seen by one rank only, which alone
+# would skip: the drift of section 2. nanlab's guard all-reduces its two flags,
+# non-finite and spike, so a decision on the local loss (which these two systems do
+# not take in the optimizer) is global too.
 #
 # Their automatic recovery is the skip (and, in fp16, the lower loss scale); going
 # back to a checkpoint is a restart, or in Megatron-LM a re-run of the step by its
 # `RerunStateMachine` to classify the fault. nanlab's `recover` mode rolls back
-# inside the run, and under DDP the same flag all-reduce sends every rank back to
-# the same checkpoint (`tests/test_distributed.py` checks it; Lab 08 covers
-# recovery).
+# inside the run, and under DDP the flag all-reduce sends every rank back to the
+# same checkpoint (`tests/test_distributed.py` checks it; Lab 08 covers recovery).
 #
 # | | flags | agreed by | on a bad step, every rank |
 # |---|---|---|---|
@@ -613,22 +593,18 @@ FreeText(
 
 # %% [markdown]
 # ## Summary
-# - Under DDP the **gradients** are averaged across ranks, the **loss** is not:
-#   each rank's loss is its own shard's.
-# - A NaN in one rank's batch: that rank's loss is NaN, the others' are finite,
-#   and the averaged gradient is NaN on **every** rank. Without a guard every
-#   replica is destroyed in lockstep, bit-identical, and training goes on
-#   silently (B3, on every card at once).
-# - A guard on the **global grad norm** skips on every rank, since the NaN reaches
-#   every rank's gradients; a guard on the **local loss** alone does not.
-# - A decision on a local value (a spike in one shard's loss) taken by each rank
-#   alone makes the replicas **drift apart silently** (here every tensor differs,
-#   by up to about 1e-3, after one skipped update). Compare replicas by their
-#   bits: by value, NaN ≠ NaN.
-# - The fix is one all-reduce with **MAX** of the flags before the optimizer step:
-#   any rank bad → every rank skips (or rolls back) together. Megatron-LM and
-#   DeepSpeed do exactly this with their found-inf / overflow flag; nanlab's guard
-#   does it for non-finite steps and spikes.
+# - Under DDP the **gradients** are averaged across ranks, the **loss** is not.
+# - A NaN in one rank's batch makes the averaged gradient NaN on **every** rank:
+#   without a guard every replica is destroyed in lockstep, bit-identical, and
+#   training goes on silently (B3).
+# - A guard on the **global grad norm** skips on every rank; one on the **local
+#   loss** alone does not.
+# - A decision on a local value taken by each rank alone makes the replicas
+#   **drift apart silently** (here every tensor differs, by up to about 1e-3,
+#   after one skipped update). Compare replicas by their bits: NaN ≠ NaN.
+# - The fix: all-reduce the flags with **MAX** before the optimizer step, so that
+#   any rank bad → every rank skips (or rolls back), as Megatron-LM and DeepSpeed
+#   do with their found-inf / overflow flag.
 #
 # Your progress:
 

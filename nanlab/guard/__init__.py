@@ -3,6 +3,9 @@
 - ``guard``:  the guard around the optimizer step (stop / skip / recover, evidence kept)
 - ``spikes``: the loss-spike detector (one-sided running z-score gated by a relative rise)
 - ``agree``:  the guard's flags all-reduced, so every data-parallel rank decides alike
+- ``framework``: the guard driven from a framework's step hooks (shared by the two below)
+- ``hf``:     the guard as a Hugging Face ``TrainerCallback`` (``nanlab[hf]``; not imported here)
+- ``lightning``: the guard as a Lightning ``Callback`` (``nanlab[lightning]``; not imported here)
 
 >>> from nanlab.guard import Guard
 >>> Guard("skip").mode

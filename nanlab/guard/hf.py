@@ -1,0 +1,124 @@
+"""nanlab's guard in the Hugging Face ``Trainer``: stop, skip or recover as a ``TrainerCallback``.
+
+The policy is :class:`nanlab.guard.Guard`'s (see :mod:`nanlab.guard.framework` for how it
+is driven); this module wires it to the hooks of ``transformers.Trainer``
+(transformers/trainer.py, ``_run_epoch``):
+
+- ``on_step_begin``: a good state kept every ``keep_every`` steps (``recover``).
+- the model's forward: a forward hook reads ``outputs.loss`` (every Hugging Face model
+  returns it when given labels) and the batch, on the device, without a sync.
+- ``on_pre_optimizer_step``: called after backward and gradient clipping, just before
+  ``optimizer.step()``. One host read of the loss and grad norm, then the guard decides.
+  A dropped update sets the gradients to None, so ``optimizer.step()`` leaves weights and
+  optimizer state alone; the LR schedule is put back after the Trainer steps it.
+- ``on_step_end``: a rollback restores weights, optimizer and schedule, cutting the LR on a
+  repeat; ``stop`` sets ``control.should_training_stop``.
+
+``state.global_step`` keeps counting every attempted update (as it does for a step that a
+GradScaler skips). Each action is a warning on the ``transformers`` logger and an entry
+in ``state.log_history`` (``{"step", "nanlab_guard": action, "reason"}``), next to the
+Trainer's own loss entries; evidence goes to ``<output_dir>/nanlab/evidence/`` (a folder
+per rank under DDP). Under DDP the ranks agree through one all-reduce of the flags.
+
+Example::
+
+    from nanlab.guard.hf import GuardCallback
+    trainer = Trainer(model=model, args=args, train_dataset=data,
+                      callbacks=[GuardCallback("recover")])
+    trainer.train()
+
+Needs ``pip install 'nanlab[hf]'``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nanlab.guard.framework import KEEP_EVERY, GuardedSteps, require
+from nanlab.guard.guard import Guard
+
+require("transformers", "hf")
+require("accelerate", "hf")  # transformers' Trainer cannot run without it
+
+from transformers import TrainerCallback  # noqa: E402
+from transformers.utils import logging  # noqa: E402
+
+logger = logging.get_logger(__name__)
+
+
+class GuardCallback(TrainerCallback):
+    """Stop, skip or recover inside ``transformers.Trainer`` (see the module docstring).
+
+    ``mode`` and ``**options`` are :class:`nanlab.guard.Guard`'s (``spike=``,
+    ``lr_factor=``, ``max_rollbacks=``, ...), or pass a ready ``guard=``. ``keep_every``:
+    steps between the in-memory snapshots ``recover`` rolls back to (the last two kept).
+
+    >>> cb = GuardCallback("skip")
+    >>> cb.guard.mode, cb.summary()["skip"]
+    ('skip', 0)
+    """
+
+    def __init__(self, mode: str = "recover", *, keep_every: int = KEEP_EVERY,
+                 guard: Guard | None = None, **options):
+        self.guard = guard if guard is not None else Guard(mode, **options)
+        self.steps = GuardedSteps(self.guard, keep_every)
+        self._hook = None
+        self._batch: Any = None
+        self._logged = 0  # events already logged
+
+    def summary(self) -> dict:
+        """The guard's counts (skips, rollbacks, incidents, evidence, ...).
+
+        >>> GuardCallback("stop").summary()["stop"]
+        0
+        """
+        return self.guard.summary()
+
+    def on_train_begin(self, args, state, control, model=None, optimizer=None,
+                       lr_scheduler=None, **kwargs):
+        folder = Path(args.output_dir) / "nanlab"
+        if args.world_size > 1:
+            folder = folder / f"rank{args.process_index}"
+        self.steps.bind(model, optimizer, lr_scheduler, evidence_dir=folder)
+        self._hook = model.register_forward_hook(self._read_output, with_kwargs=True)
+
+    def _read_output(self, module, args, kwargs, output) -> None:
+        if not module.training:
+            return
+        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if loss is not None:
+            self.steps.add_loss(loss)
+            self._batch = kwargs or args
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.steps.step_start(state.global_step)
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        d = self.steps.decide(state.global_step, batch=self._batch)
+        self._batch = None
+        if d is not None and d.action == "stop":
+            control.should_training_stop = True
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps.step_end()
+        events, self._logged = self.steps.events[self._logged:], len(self.steps.events)
+        for e in events:  # the update this step would have made, in the Trainer's numbering
+            entry = {"step": state.global_step, "nanlab_guard": e["action"],
+                     "reason": e["reason"]}
+            if e["action"] == "rollback":
+                back = next(g for g in reversed(self.guard.events) if g["kind"] == "rollback")
+                entry.update(to_step=back["to_step"], lr_scale=self.guard.lr_scale)
+            state.log_history.append(entry)
+            logger.warning(f"nanlab guard, step {state.global_step}: {e['action']} "
+                           f"({e['reason']})")
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+
+__all__ = ["GuardCallback"]

@@ -104,7 +104,7 @@ def test_unguarded_the_dirty_row_poisons_every_weight(tmp_path):
 
 
 def test_recover_survives_and_ends_near_the_clean_loss(tmp_path, clean):
-    callback = GuardCallback("recover")
+    callback = GuardCallback("recover", keep_every=10)
     trainer, held_out = train(tmp_path, DIRTY, callback)
     summary = callback.summary()
     assert (summary["rollbacks"], summary["incidents"], summary["evidence"]) == (1, 1, 1)
@@ -149,7 +149,7 @@ def ranks_train(rank: int, world_size: int, mode: str) -> dict:
     # From an IterableDataset, accelerate's DataLoader reads one global batch on rank 0
     # and hands each rank its slice: rank 1 gets the second half of global batch 30.
     dirty = [BAD * BS * world_size + BS + 3]
-    callback = GuardCallback(mode)
+    callback = GuardCallback(mode, keep_every=10)
     with tempfile.TemporaryDirectory() as root:
         trainer, _ = train(root, dirty, callback, steps=BAD + 5)
     return {"events": callback.steps.events, "world_size": trainer.args.world_size,

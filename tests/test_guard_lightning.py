@@ -95,7 +95,7 @@ def test_unguarded_the_missing_reading_poisons_every_weight(tmp_path):
 
 
 def test_recover_survives_and_ends_near_the_clean_loss(tmp_path, clean):
-    callback = GuardCallback("recover")
+    callback = GuardCallback("recover", keep_every=10)
     trainer, _, held_out, warned = fit(tmp_path, missing=[BAD * BS + 3], callback=callback)
     assert [w for w in warned if w.startswith("nanlab guard")] == [
         "nanlab guard, step 31: rollback (non-finite loss (loss nan, grad norm nan))",
@@ -142,10 +142,10 @@ def ranks_train(rank: int, world_size: int, mode: str) -> dict:
     os.environ.update(LOCAL_RANK=str(rank), NODE_RANK="0", WORLD_SIZE=str(world_size))
     missing = [BAD * BS + 3] if rank == 1 else []  # each rank reads its own shard
     with tempfile.TemporaryDirectory() as root:
-        trainer, module, _, _ = fit(root, missing, GuardCallback(mode), BAD + 5, seed=rank,
+        callback = GuardCallback(mode, keep_every=10)
+        trainer, module, _, _ = fit(root, missing, callback, BAD + 5, seed=rank,
                                     devices=world_size, strategy="ddp",
                                     use_distributed_sampler=False)
-    callback = trainer.callbacks[0]
     return {"events": callback.steps.events, "step": trainer.global_step,
             "params": torch.cat([p.detach().flatten() for p in module.parameters()])}
 

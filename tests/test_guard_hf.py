@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import math
 import os
+import runpy
 
 import pytest
 import torch
+from test_examples import ROOT, code_of, readme_blocks
 from torch.utils.data import IterableDataset
 
 from nanlab.checkpoint import safe_load
@@ -168,3 +170,11 @@ def test_ddp_ranks_agree_on_a_nan_one_rank_saw():
     assert rank0["events"][0]["reason"].startswith("non-finite grad norm")
     assert torch.isfinite(rank0["params"]).all()
     assert torch.equal(rank0["params"], rank1["params"])
+
+
+def test_the_readme_example_is_this_file_and_survives(tmp_path, monkeypatch, capsys):
+    assert code_of("guard_hf.py") in readme_blocks(), "README's copy of the example is stale"
+    monkeypatch.chdir(tmp_path)  # its output folder
+    runpy.run_path(str(ROOT / "examples" / "guard_hf.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "guard: 1 incident, 1 rollback;" in out and "finite: True" in out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import runpy
 import subprocess
 import sys
 import warnings
@@ -19,6 +20,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from test_examples import ROOT, code_of, readme_blocks
 from torch.utils.data import DataLoader, TensorDataset
 
 from nanlab.checkpoint import safe_load
@@ -190,3 +192,11 @@ def test_manual_optimization_is_refused(tmp_path):
                         default_root_dir=str(tmp_path))
     with pytest.raises(NanlabError, match="automatic optimization"):
         trainer.fit(Manual(), DataLoader(dataset([]), batch_size=BS))
+
+
+def test_the_readme_example_is_this_file_and_survives(tmp_path, monkeypatch, capsys):
+    assert code_of("guard_lightning.py") in readme_blocks(), "README's copy of the example is stale"
+    monkeypatch.chdir(tmp_path)  # its output folder
+    runpy.run_path(str(ROOT / "examples" / "guard_lightning.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "guard: 1 incident, 1 rollback;" in out and "finite: True" in out

@@ -6,9 +6,9 @@ thread, CPU):
 
 (a) the median step time of the bare loop and of the loop with ``GuardCallback("skip")``
     and ``GuardCallback("recover")`` (no fault: the guard only watches; recover also keeps
-    a snapshot every ``keep_every`` steps). Runs alternate bare / skip / recover,
-    ``--rounds`` times, and the overhead is the ratio of medians over all rounds: on a
-    shared machine a busy neighbour moves every kind alike, but not exactly.
+    a snapshot every ``keep_every`` steps). Runs alternate bare / bare again / skip /
+    recover, ``--rounds`` times, and the overhead is the ratio of medians over all rounds.
+    "bare again" is the noise: two identical loops differ by that much on this machine now.
 (b) the callback's own time per step, timed inside its hooks (the forward hook that reads
     the loss, the check before the optimizer step, the snapshot, the step end), as a share
     of the bare step: what the callback adds, free of the neighbours' noise.
@@ -147,7 +147,9 @@ def lightning_run(steps: int, callback, folder: str) -> list[float]:
 
 def measure(framework: str, steps: int, rounds: int, keep_every: int) -> dict:
     run = hf_run if framework == "hf" else lightning_run
-    kinds = {"bare": None, "skip": "skip", "recover": "recover"}
+    # "bare again" is the same bare loop run a second time: how far two identical runs
+    # differ on this machine right now, the noise any overhead below it drowns in
+    kinds = {"bare": None, "bare again": None, "skip": "skip", "recover": "recover"}
     times = {k: [] for k in kinds}
     own = {k: [] for k in kinds}
     warm = 5  # the first steps build caches
@@ -159,7 +161,8 @@ def measure(framework: str, steps: int, rounds: int, keep_every: int) -> dict:
             times[kind] += per_step[warm:]
             own[kind].append(spent[0] / steps)
     bare = statistics.median(times["bare"])
-    out = {"bare_ms": round(1e3 * bare, 3)}
+    out = {"bare_ms": round(1e3 * bare, 3),
+           "noise_pct": round(100 * (statistics.median(times["bare again"]) / bare - 1), 2)}
     for kind in ("skip", "recover"):
         step = statistics.median(times[kind])
         out[f"{kind}_ms"] = round(1e3 * step, 3)
@@ -183,7 +186,8 @@ def main() -> None:
     for framework in [args.only] if args.only else ["hf", "lightning"]:
         r = measure(framework, args.steps, args.rounds, args.keep_every)
         results[framework] = r
-        print(f"{framework:9s} bare {r['bare_ms']:.2f} ms/step | "
+        print(f"{framework:9s} bare {r['bare_ms']:.2f} ms/step (again: "
+              f"{r['noise_pct']:+.1f} %) | "
               + " | ".join(f"{k} {r[f'{k}_ms']:.2f} ms ({r[f'{k}_overhead_pct']:+.1f} %), "
                            f"own {r[f'{k}_own_us']:.0f} us = {r[f'{k}_own_pct']:.2f} %"
                            for k in ("skip", "recover")), flush=True)

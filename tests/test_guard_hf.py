@@ -22,6 +22,7 @@ from torch.utils.data import IterableDataset
 
 from nanlab.checkpoint import safe_load
 from nanlab.distributed import launch
+from nanlab.errors import NanlabError
 
 pytest.importorskip("transformers")
 GuardCallback = pytest.importorskip("nanlab.guard.hf").GuardCallback
@@ -178,3 +179,9 @@ def test_the_readme_example_is_this_file_and_survives(tmp_path, monkeypatch, cap
     runpy.run_path(str(ROOT / "examples" / "guard_hf.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "guard: 1 incident, 1 rollback;" in out and "finite: True" in out
+
+
+def test_watching_a_clipped_grad_norm_is_refused(tmp_path):
+    with pytest.raises(NanlabError, match="max_grad_norm=0"):
+        train(tmp_path, callback=GuardCallback("skip", spike="skip", watch_grad_norm=True),
+              steps=1)

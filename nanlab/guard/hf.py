@@ -9,6 +9,9 @@ is driven); this module wires it to the hooks of ``transformers.Trainer``
   returns it when given labels) and the batch, on the device, without a sync.
 - ``on_pre_optimizer_step``: called after backward and gradient clipping, just before
   ``optimizer.step()``. One host read of the loss and grad norm, then the guard decides.
+  The norm is the clipped one (at most ``max_grad_norm``); a NaN or inf stays non-finite
+  through clipping, but a clipped norm cannot spike, so ``watch_grad_norm`` needs
+  ``max_grad_norm=0``.
   A dropped update sets the gradients to None, so ``optimizer.step()`` leaves weights and
   optimizer state alone; the LR schedule is put back after the Trainer steps it.
 - ``on_step_end``: a rollback restores weights, optimizer and schedule, cutting the LR on a
@@ -35,6 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nanlab.errors import NanlabError
 from nanlab.guard.framework import KEEP_EVERY, GuardedSteps, require
 from nanlab.guard.guard import Guard
 
@@ -77,6 +81,11 @@ class GuardCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None,
                        lr_scheduler=None, **kwargs):
+        if self.guard.settings["watch_grad_norm"] and args.max_grad_norm > 0:
+            raise NanlabError(f"watch_grad_norm=True, but the Trainer clips the gradients "
+                              f"(max_grad_norm={args.max_grad_norm}) before the guard sees "
+                              "their norm, which then cannot spike; allowed: max_grad_norm=0 "
+                              "in TrainingArguments, or watch_grad_norm=False")
         folder = Path(args.output_dir) / "nanlab"
         if args.world_size > 1:
             folder = folder / f"rank{args.process_index}"

@@ -25,6 +25,7 @@ from nanlab.distributed import launch
 from nanlab.errors import NanlabError
 
 pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # transformers.Trainer needs it (the nanlab[hf] extra)
 GuardCallback = pytest.importorskip("nanlab.guard.hf").GuardCallback
 
 VOCAB, LENGTH, BS, STEPS, BAD = 64, 16, 8, 60, 30

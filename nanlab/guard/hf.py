@@ -42,8 +42,7 @@ from nanlab.errors import NanlabError
 from nanlab.guard.framework import KEEP_EVERY, GuardedSteps, require
 from nanlab.guard.guard import Guard
 
-require("transformers", "hf")
-require("accelerate", "hf")  # transformers' Trainer cannot run without it
+require("transformers", "hf")  # its Trainer also needs accelerate (in the extra), and says so
 
 from transformers import TrainerCallback  # noqa: E402
 from transformers.utils import logging  # noqa: E402

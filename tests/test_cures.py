@@ -55,11 +55,13 @@ def test_zclip_statistics_survive_a_nan_gradient():
     assert zclip.state_dict() == before  # not averaged in: the next step is judged as before
 
 
-def test_zclip_hooks_any_optimizer_and_resumes_from_a_checkpoint():
+def test_zclip_hooks_any_optimizer_and_resumes_from_a_checkpoint(tmp_path):
     """On the trainer's optimizer it runs inside step(); its EMA rides in the optimizer's
-    state_dict, so resuming from step 30 reproduces steps 30..39 bit for bit."""
+    state_dict (a weights_only checkpoint on disk), so resuming from step 30 reproduces
+    steps 30..39 bit for bit."""
     def trainer():
-        t = Trainer(TrainConfig(steps=40, checkpoint_every=10, lr=0.02, progress=False))
+        t = Trainer(TrainConfig(steps=40, checkpoint_every=10, lr=0.02, progress=False,
+                                out_dir=str(tmp_path / "run")))
         zclip = cures.ZClip(warmup_steps=5, z_thresh=1.0).attach(t.optimizer)
         return t, zclip
 
@@ -67,7 +69,6 @@ def test_zclip_hooks_any_optimizer_and_resumes_from_a_checkpoint():
     losses = first.run().losses()
     assert zclip.steps_seen == 40 and zclip.acted > 0
     second, again = trainer()
-    second.checkpoints = first.checkpoints
     second.run(resume_from=30)
     assert again.steps_seen == 40  # restored at 30, then 10 more
     resumed = [r["loss"] for r in second.record.steps if r["step"] >= 30]

@@ -13,8 +13,9 @@ import torch.nn as nn
 from nanlab import cures
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
+from nanlab.faults import run_fault
 from nanlab.model import GPT, AttentionScores, GPTConfig, soft_cap
-from nanlab.train import TrainConfig, Trainer
+from nanlab.train import TrainConfig, Trainer, stop_early
 
 
 def set_grad(p: nn.Parameter, values) -> None:
@@ -209,3 +210,32 @@ def test_every_fix_names_its_sop_step():
     assert set(fixes_mod.ADAPTIVE_CURES) <= set(fixes_mod.FIXES)
     with pytest.raises(NanlabError, match="sop_step='tea' is not allowed"):
         fixes_mod.Fix("x", "y", lambda c: {}, sop_step="tea")
+
+
+# -- measured on the spike and LR faults (bench/bench_cures.py prints every cell) ------
+def until(step: int):
+    """Stop a 200-step run (the matrix's LR schedule) before ``step``."""
+    return ("on_step_end", stop_early(until_step=step))
+
+
+@pytest.mark.slow
+def test_zclip_halves_the_lr_jump_spike_and_its_recovery():
+    """The 10x LR step at 100 spikes the loss at 101; ZClip clips the oversized gradients
+    that follow (its EMA says they are outliers), so the spike is lower. The matrix still
+    says "not cured": a spike it is, only a smaller one."""
+    bare = run_fault("lr_jump", callbacks=[until(125)]).record
+    clipped = run_fault("lr_jump", fixes=["zclip"], callbacks=[until(125)]).record
+    assert bare.losses()[101] > 5.0  # the untreated spike (6.59 measured)
+    assert clipped.losses()[100:].max() < 0.6 * bare.losses()[100:].max()
+    assert any(e["kind"] == "cure" and e["step"] >= 100 for e in clipped.events)
+
+
+@pytest.mark.slow
+def test_softcap_turns_high_lr_overflow_into_a_finite_run():
+    """high_lr's fp16 attention scores pass 65504 (inf) at step 35; capped at 50, tanh(inf)
+    is 1 and the scores stay finite: no NaN. The LR is still 40x too high, so the matrix
+    cell is "not cured" (a finite divergence), the lesson of AMP off (claim W3)."""
+    assert run_fault("high_lr", stop_when_poisoned=True).first_bad_step == 35
+    capped = run_fault("high_lr", fixes=["softcap"], callbacks=[until(40)])
+    assert capped.first_bad_step is None and capped.trainer.config.model.\
+        attn_logit_softcapping == 50.0

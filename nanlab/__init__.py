@@ -18,6 +18,8 @@ The library, the modules the labs import most at the top:
 - ``nanlab.signals``     reading a loss curve: spikes, recovery, stalls
 - ``nanlab.norms``       the normalisation layers of any model and the field holding their eps
 - ``nanlab.judge``       one judge of a run: healthy, or spike / stall / diverge / nonfinite / error
+- ``nanlab.cures``       adaptive cures on any optimizer and model: ZClip, StableAdamW's update
+  clipping, SPAM's spike clipping, Gemma 2's logit soft-capping
 - ``nanlab.errors``      errors that say what was wrong, the value, and what is allowed
 - ``nanlab.distributed`` data-parallel training on the CPU, every rank guarded alike
 - ``nanlab.cli``         the ``nanlab`` command line, its exit codes

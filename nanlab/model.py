@@ -8,7 +8,7 @@ can name it.
 
 Every switch that a fault or an experiment of the course needs is a config field:
 norm eps and implementation, init scheme and scale, depth, QK-norm, stable or naive
-softmax, positional encoding, activation, and a float feature path.
+softmax, logit soft-capping, positional encoding, activation, and a float feature path.
 
 >>> from nanlab.model import GPT, GPTConfig
 >>> model = GPT(GPTConfig())
@@ -59,6 +59,11 @@ class GPTConfig:
     init_std: float = 0.02
     init_scale: float = 1.0
     qk_norm: bool = False  # LayerNorm on q and k before the dot product (Wortsman et al. 2023)
+    # Logit soft-capping, cap * tanh(x / cap): a score can never pass the cap. Gemma 2 uses
+    # 50 for the attention logits and 30 for the final logits (nanlab.cures); None = off.
+    # Named as in Hugging Face's Gemma2Config, so one cure sets both models the same way.
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
     # "stable" subtracts the row max before exp; "naive" is exp(x) / sum(exp(x)) in the
     # scores' own dtype (autocast off for it, no cast), which overflows once a score
     # passes ~88.7 in fp32 or ~11.1 in fp16, on the CPU and on CUDA alike.
@@ -95,6 +100,12 @@ class GPTConfig:
         if self.pos_offset and self.pos_encoding == "learned":
             raise NanlabError(f"GPTConfig.pos_offset={self.pos_offset} needs "
                               "pos_encoding='sinusoidal'; a learned table has block_size rows")
+        for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+            cap = getattr(self, name)
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
+                                    or not 0 < cap < math.inf):
+                raise NanlabError(f"GPTConfig.{name}={cap!r} is not allowed; allowed: a number "
+                                  "above 0 (Gemma 2: 50 for attention, 30 final), or None (off)")
         if self.pad_id is not None:
             check_range("GPTConfig.pad_id", self.pad_id, 0, self.vocab_size - 1, integer=True)
 
@@ -132,18 +143,42 @@ class LayerNorm(nn.Module):
         return (x - mean) / torch.sqrt(var + eps) * self.weight + self.bias
 
 
+def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """cap * tanh(x / cap): about x while |x| is well below the cap, never past it (Gemma 2).
+
+    Smooth, unlike a clamp, so a capped logit still has a gradient; at +-inf it is +-cap.
+
+    >>> [round(v, 3) for v in soft_cap(torch.tensor([0.5, 80000.0, float("inf")]), 50.0).tolist()]
+    [0.5, 50.0, 50.0]
+    """
+    if cap is None:
+        return x
+    return cap * torch.tanh(x / cap)
+
+
 class AttentionScores(nn.Module):
     """q @ k^T / sqrt(head_size): the attention logits, where fp16 overflow usually starts.
+
+    ``attn_logit_softcapping`` (None: off) soft-caps them before the mask and the softmax,
+    where Gemma 2 does; the attribute has Hugging Face's name, so a cure can set it after
+    the model is built (:func:`nanlab.cures.enable_softcapping`).
 
     >>> q = torch.full((1, 1, 2, 4), 200.0)          # (B, heads, T, head_size)
     >>> AttentionScores()(q, q).flatten().tolist()   # 4 * 200 * 200 / 2
     [80000.0, 80000.0, 80000.0, 80000.0]
     >>> bool(AttentionScores()(q.half(), q.half()).isinf().all())   # above 65504 in fp16
     True
+    >>> AttentionScores(softcap=50.0)(q.half(), q.half()).flatten().tolist()  # tanh(inf) = 1
+    [50.0, 50.0, 50.0, 50.0]
     """
 
+    def __init__(self, softcap: float | None = None):
+        super().__init__()
+        self.attn_logit_softcapping = softcap
+
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        return (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+        return soft_cap(att, self.attn_logit_softcapping)
 
 
 class Softmax(nn.Module):
@@ -191,7 +226,7 @@ class CausalSelfAttention(nn.Module):
             self.k_norm = LayerNorm(head_size, config.norm_eps, config.norm_impl)
         else:
             self.q_norm = self.k_norm = None
-        self.scores = AttentionScores()
+        self.scores = AttentionScores(config.attn_logit_softcapping)
         self.softmax = Softmax(config.softmax)
         mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
         self.register_buffer("causal_mask", mask, persistent=False)
@@ -356,7 +391,8 @@ class GPT(nn.Module):
             x = x + self.feat_proj(features)  # the float path: a NaN feature enters here
         for block in self.blocks:
             x = block(x)
-        return self.lm_head(self.ln_f(x))  # (B, T, vocab_size)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, vocab_size)
+        return soft_cap(logits, self.config.final_logit_softcapping)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

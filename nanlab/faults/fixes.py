@@ -15,6 +15,7 @@ reason instead of pretending to measure something.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,9 +23,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from nanlab import cures
 from nanlab.batches import map_tensors, named_tensors
 from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError, check_choice
+from nanlab.faults.catalogue import SOP_STEPS
 from nanlab.model import GPT
 from nanlab.norms import eps_field, norm_modules
 from nanlab.train import TrainConfig, Trainer, to_device
@@ -52,7 +55,10 @@ class Fix:
     ``change(config)`` returns the config changes (``{}``: none, it acts on the trainer;
     ``None``: the config says there is nothing to change). ``install(trainer)`` acts on
     the built trainer: it adds callbacks (returns None) or edits the model or the
-    optimizer and returns what it changed, in words (``[]``: nothing to change).
+    optimizer and returns what it changed, in words (``[]``: nothing to change); it raises
+    :class:`NotApplicable` when it cannot act on that model or optimizer. ``sop_step`` is
+    the SOP step (a key of ``SOP_STEPS``) whose finding leads to this fix; None for the
+    guard's skip, which treats the symptom of any cause.
 
     >>> fix = get_fix("lr_div10")
     >>> trainer = Trainer(TrainConfig(lr=5e-3, progress=False))
@@ -64,6 +70,11 @@ class Fix:
     summary: str
     change: Callable[[TrainConfig], dict | None]  # config changes; None: nothing to change
     install: Callable[[Trainer], list[str] | None] = lambda trainer: None
+    sop_step: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sop_step is not None:
+            check_choice(f"{self.name}.sop_step", self.sop_step, SOP_STEPS)
 
     def configure(self, config: TrainConfig) -> TrainConfig | None:
         changes = self.change(config)
@@ -310,30 +321,75 @@ def _reinit_foreign(trainer: Trainer) -> list[str]:
     return reinit(trainer.model)
 
 
+def _log_cure(cure) -> Callable:
+    """An on_step_end callback: a "cure" event on each step where ``cure`` acted."""
+    seen = [cure.acted]
+
+    def log(trainer: Trainer, info) -> None:
+        if cure.acted > seen[0]:
+            seen[0] = cure.acted
+            trainer.record.log_event("cure", info.step, **cure.last)
+    return log
+
+
+def _hook_optimizer(name: str, make: Callable, needs_adam: bool) -> Callable:
+    """Install an optimizer-side cure of :mod:`nanlab.cures` on the trainer's optimizer
+    (also one the caller made): it acts inside ``optimizer.step()``, so on every update
+    and on no skipped one."""
+    def install(trainer: Trainer) -> list[str]:
+        reason = cures.needs_second_moment(trainer.optimizer) if needs_adam else None
+        if reason:
+            raise NotApplicable(f"{name} cannot act in this run: {reason}")
+        cure = make().attach(trainer.optimizer)
+        trainer.add_callback("on_step_end", _log_cure(cure))
+        return [f"{type(cure).__name__} on {type(trainer.optimizer).__name__}.step"]
+    return install
+
+
+def _softcap(trainer: Trainer) -> list[str]:
+    """Gemma 2's soft-caps where the model has the switch: nanlab's toy (its config did it
+    already) or a Hugging Face config with the fields; any other model: NotApplicable."""
+    model = trainer.model
+    if not cures.softcap_switches(model):
+        raise NotApplicable(
+            f"softcap cannot act on {type(model).__name__}: it has no soft-capping switch (a "
+            f"config with {' / '.join(cures.SOFTCAP_FIELDS)}, as Hugging Face's Gemma2Config "
+            "has); add cap * tanh(logits / cap) to its forward")
+    changes = cures.enable_softcapping(model)
+    if not changes and getattr(model, "config", None) is not trainer.config.model:
+        raise NotApplicable(f"softcap changes nothing in this run: {type(model).__name__} is "
+                            f"soft-capped at {cures.ATTN_SOFTCAP:g} / {cures.FINAL_SOFTCAP:g} "
+                            "or tighter already")
+    return changes
+
+
 def _only(condition: bool, changes: dict) -> dict | None:
     return changes if condition else None
 
 
 FIXES: dict[str, Fix] = {f.name: f for f in [
     Fix("validate_data", "check every batch (finite inputs, legal labels, something to "
-        "average) and skip the bad ones", lambda c: {}, _skip_bad_batches),
+        "average) and skip the bad ones", lambda c: {}, _skip_bad_batches, sop_step="data"),
     Fix("amp_off", "train in fp32", lambda c: _only(c.precision != "fp32",
-                                                    {"precision": "fp32", "grad_scaler": None})),
+                                                    {"precision": "fp32", "grad_scaler": None}),
+        sop_step="amp"),
     Fix("bf16", "bf16 autocast: fp32's range, no scaler needed",
-        lambda c: _only(c.precision != "bf16", {"precision": "bf16", "grad_scaler": None})),
+        lambda c: _only(c.precision != "bf16", {"precision": "bf16", "grad_scaler": None}),
+        sop_step="amp"),
     Fix("grad_scaler", "fp16 autocast with a GradScaler (fp32 weights, scaled loss)",
         lambda c: _only(c.precision in ("fp16", "fp16-pure") and not (
             c.precision == "fp16" and c.grad_scaler is not False),
-            {"precision": "fp16", "grad_scaler": True})),
+            {"precision": "fp16", "grad_scaler": True}), sop_step="amp"),
     Fix("lr_div10", "divide the learning rate by 10 (the optimizer's own param groups)",
-        lambda c: {}, _divide_lr(10)),
+        lambda c: {}, _divide_lr(10), sop_step="lr"),
     Fix("lr_div100", "divide the learning rate by 100 (the optimizer's own param groups)",
-        lambda c: {}, _divide_lr(100)),
+        lambda c: {}, _divide_lr(100), sop_step="lr"),
     Fix("warmup_cosine", "20 warmup steps, then cosine decay",
         lambda c: _only(c.warmup_steps < 20 or c.schedule != "cosine",
-                        {"warmup_steps": 20, "schedule": "cosine"})),
+                        {"warmup_steps": 20, "schedule": "cosine"}), sop_step="lr"),
     Fix("grad_clip", "clip the global grad norm to 1.0",
-        lambda c: _only(c.grad_clip == 0 or c.grad_clip > 1.0, {"grad_clip": 1.0})),
+        lambda c: _only(c.grad_clip == 0 or c.grad_clip > 1.0, {"grad_clip": 1.0}),
+        sop_step="grad_norms"),
     Fix("sane_init", "the GPT-2 recipe: normal(0, 0.02) init, zero biases, pre-LN blocks "
         "with residuals",
         lambda c: _only(
@@ -341,25 +397,47 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
              c.model.use_norms, c.model.residual) != ("normal", 0.02, 1.0, 0.0, True, True),
             {"model": {"init": "normal", "init_std": 0.02, "init_scale": 1.0,
                        "mlp_bias_init": 0.0, "use_norms": True, "residual": True}}),
-        _reinit_foreign),
+        _reinit_foreign, sop_step="init_eps"),
     Fix("modern_block", "the pre-LN block: LayerNorm, residual connections, GELU",
         lambda c: _only(
             (c.model.use_norms, c.model.residual, c.model.activation) != (True, True, "gelu"),
-            {"model": {"use_norms": True, "residual": True, "activation": "gelu"}})),
+            {"model": {"use_norms": True, "residual": True, "activation": "gelu"}}),
+        sop_step="init_eps"),
     Fix("norm_eps", "every norm's eps at least 1e-5 (Adam's eps is not touched: see "
         "grad_scaler)",
         lambda c: _only(c.model.norm_eps < EPS_FLOOR, {"model": {"norm_eps": EPS_FLOOR}}),
-        _raise_norm_eps),
+        _raise_norm_eps, sop_step="init_eps"),
     Fix("stable_softmax", "subtract the row max before exp (attention and loss)",
         lambda c: _only(c.model.softmax != "stable" or c.loss_impl != "torch",
-                        {"model": {"softmax": "stable"}, "loss_impl": "torch"})),
+                        {"model": {"softmax": "stable"}, "loss_impl": "torch"}),
+        sop_step="amp"),
     Fix("qk_norm", "LayerNorm on queries and keys",
-        lambda c: _only(not c.model.qk_norm, {"model": {"qk_norm": True}})),
+        lambda c: _only(not c.model.qk_norm, {"model": {"qk_norm": True}}), sop_step="amp"),
     Fix("z_loss", "add 1e-4 * log(Z)^2 to the loss",
-        lambda c: _only(c.z_loss == 0, {"z_loss": 1e-4})),
+        lambda c: _only(c.z_loss == 0, {"z_loss": 1e-4}), sop_step="amp"),
     Fix("skip_nonfinite", "skip the update of any step whose loss or gradient is not "
         "finite (the guard's skip mode)", lambda c: {}, _skip_nonfinite),
+    # The adaptive cures (nanlab.cures, each with its source): they act inside the step.
+    Fix("zclip", "ZClip: clip the grad norm when its z-score against an EMA of its mean "
+        "and variance passes 2.5 (alpha 0.97; Kumar et al. 2025)", lambda c: {},
+        _hook_optimizer("zclip", cures.ZClip, needs_adam=False), sop_step="grad_norms"),
+    Fix("spam_clip", "SPAM: clip each gradient entry with g^2 > 5000 * Adam's v to "
+        "sqrt(5000 * v) (Huang et al. 2025; no momentum reset)",
+        lambda c: _only(c.optimizer == "adamw", {}),
+        _hook_optimizer("spam_clip", cures.SpikeClipping, needs_adam=True),
+        sop_step="grad_norms"),
+    Fix("update_clip", "StableAdamW's update clipping: each tensor's step / max(1, "
+        "RMS(g^2 / v)) (Wortsman et al. 2023)", lambda c: _only(c.optimizer == "adamw", {}),
+        _hook_optimizer("update_clip", cures.UpdateClipping, needs_adam=True), sop_step="lr"),
+    Fix("softcap", "Gemma 2's logit soft-capping, cap * tanh(x / cap): 50 on attention "
+        "scores, 30 on the final logits",
+        lambda c: _only((c.model.attn_logit_softcapping or math.inf) > cures.ATTN_SOFTCAP or
+                        (c.model.final_logit_softcapping or math.inf) > cures.FINAL_SOFTCAP,
+                        {"model": {"attn_logit_softcapping": cures.ATTN_SOFTCAP,
+                                   "final_logit_softcapping": cures.FINAL_SOFTCAP}}),
+        _softcap, sop_step="amp"),
 ]}
+ADAPTIVE_CURES = ("zclip", "spam_clip", "update_clip", "softcap")  # issue 17's four
 
 
 def get_fix(name: str) -> Fix:
@@ -408,5 +486,5 @@ def build_with_fixes(build: Callable[[TrainConfig], Trainer], config: TrainConfi
     return trainer
 
 
-__all__ = ["EPS_FLOOR", "FIXES", "Fix", "LabelRange", "NotApplicable", "batch_problems",
-           "build_with_fixes", "get_fix", "label_range", "reinit"]
+__all__ = ["ADAPTIVE_CURES", "EPS_FLOOR", "FIXES", "Fix", "LabelRange", "NotApplicable",
+           "batch_problems", "build_with_fixes", "get_fix", "label_range", "reinit"]

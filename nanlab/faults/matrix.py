@@ -41,6 +41,7 @@ from nanlab.signals import final_loss
 from nanlab.train import stop_early
 
 MATRIX_STEPS = 200
+SPIKE_FAMILIES = ("learning_rate", "deep_explosion")  # what the adaptive cures are for
 NONFINITE_STREAK = STREAK  # stop a run after this many non-finite steps in a row (the
 # judge's "every step non-finite": nothing after that can be a cure)
 
@@ -63,6 +64,7 @@ class Cell:
     first_bad_step: int | None = None
     final_loss: float | None = None
     steps_run: int = 0
+    acted: int = 0  # steps on which an adaptive cure changed something ("cure" events)
 
 
 def judge(run: FaultRun, clean_final: float, signature: str | None = None
@@ -78,6 +80,16 @@ def judge(run: FaultRun, clean_final: float, signature: str | None = None
     """
     verdict = judge_run(run, clean=clean_final)
     return verdict.outcome, verdict.reason
+
+
+def spike_and_lr_faults() -> list[str]:
+    """The faults the adaptive cures (``fixes.ADAPTIVE_CURES``) are made for, read from
+    the catalogue: every learning-rate fault and the deep stack whose gradients explode.
+
+    >>> spike_and_lr_faults()
+    ['high_lr', 'high_lr_adam', 'lr_jump', 'no_warmup', 'deep_explosion']
+    """
+    return [name for name, f in FAULTS.items() if f.family in SPIKE_FAMILIES]
 
 
 def _measure(fault: str | None, fixes: list[str], steps: int, seed: int):
@@ -101,8 +113,9 @@ def run_cell(fault: str, fix: str | None, steps: int, seed: int, clean_final: fl
     run = _measure(fault, [fix] if fix else [], steps, seed)
     outcome, evidence = judge(run, clean_final)
     end = final_loss(run.record.losses())
+    acted = sum(e["kind"] == "cure" for e in run.record.events)
     return Cell(fault, fix, outcome, evidence, run.first_bad_step,
-                round(end, 4) if np.isfinite(end) else None, len(run.record.steps))
+                round(end, 4) if np.isfinite(end) else None, len(run.record.steps), acted)
 
 
 class Matrix:

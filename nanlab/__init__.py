@@ -30,8 +30,9 @@ The library, the modules the labs import most at the top:
   runs the SOP (``trace``, ``locate``, ``diagnose``, ``runs``)
 - ``nanlab.guard``       stop / skip / recover around the optimizer step, the spike detector,
   one decision on every data-parallel rank (``guard``, ``spikes``, ``agree``)
-- ``nanlab.viz``         loss curves, grad-norm heat maps, TensorBoard export (``plots``,
-  ``tensorboard``)
+- ``nanlab.viz``         loss curves, grad-norm heat maps, per-layer histograms and update
+  ratios, float bit layouts, the SOP flowchart, TensorBoard export (``plots``, ``layers``,
+  ``diagrams``, ``tensorboard``)
 
 Built on the library:
 

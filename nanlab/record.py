@@ -8,7 +8,8 @@ Three streams and a manifest, each a list of flat dicts:
   65536) has a NaN or inf grad norm but ``finite`` True and ``skipped`` True: that is the
   scaler working, not a failure
 - ``layers``: one row per layer every ``record_every`` steps (grad norm, parameter
-  mean / std, activation abs-max)
+  mean / std, activation abs-max, and ``update_ratio`` = ||the step's update|| / ||the
+  layer's weights before it||; folders written before it was recorded load without it)
 - ``events``: anything a tool did to the run (a skipped step, a rollback, a stop)
 - ``manifest``: config, seed, fault, versions, code commit and device: enough to
   reproduce the run (claim M12).
@@ -348,7 +349,8 @@ def _parse(path: Path, text: str, hint: str, line: int | None = None):
 
 
 _NUMBERS = {"steps": ("loss", "lr", "grad_norm", "loss_scale"),
-            "layers": ("grad_norm", "param_mean", "param_std", "act_absmax"), "events": ()}
+            "layers": ("grad_norm", "param_mean", "param_std", "act_absmax", "update_ratio"),
+            "events": ()}
 
 
 def _row_problem(row, stream: str) -> str | None:

@@ -511,6 +511,9 @@ class Trainer:
 
         lr = self.optimizer.param_groups[0]["lr"]
         scale = self.scaler.get_scale() if self.scaler else None
+        # each layer's own weights before the update, for its update_ratio
+        before = {n: torch.cat([p.detach().float().flatten() for p in ps]) for n, m in
+                  self._layer_modules if record_layers and (ps := [*m.parameters(recurse=False)])}
         if info.skip:
             if self.scaler:
                 self.scaler.update()
@@ -526,7 +529,7 @@ class Trainer:
         if not info.skip:
             self.scheduler.step()  # a skipped update does not advance the schedule
         if record_layers:
-            self.record.log_layers(self._layer_rows(activations))
+            self.record.log_layers(self._layer_rows(activations, before))
         info.row = {"step": self.step, "batch": index, "loss": g.loss_value, "lr": lr,
                     "grad_norm": g.grad_norm_value, "loss_scale": scale, "finite": g.finite,
                     "skipped": info.skip}
@@ -536,8 +539,9 @@ class Trainer:
         self.trigger_callbacks("on_step_end", info)
         return info
 
-    def _layer_rows(self, activations: dict[str, torch.Tensor]) -> list[dict]:
-        """Per-layer grad norm, parameter mean/std and activation abs-max, one host sync."""
+    def _layer_rows(self, activations: dict[str, torch.Tensor],
+                    before: dict[str, torch.Tensor]) -> list[dict]:
+        """Per-layer grad norm, param mean/std, act abs-max, ||update|| / ||weights||; one sync."""
         names, stats = [], []
         nan = torch.tensor(float("nan"), device=self.device)
         for name, module in self._layer_modules:
@@ -547,17 +551,20 @@ class Trainer:
                 grads = [p.grad for p in params if p.grad is not None]
                 gnorm = torch.linalg.vector_norm(torch.stack(
                     [torch.linalg.vector_norm(g.float()) for g in grads])) if grads else nan
-                pstats = [gnorm, flat.mean(), flat.std() if flat.numel() > 1 else nan]
+                w0 = before[name]
+                ratio = torch.linalg.vector_norm(flat - w0) / torch.linalg.vector_norm(w0)
+                pstats = [gnorm, flat.mean(), flat.std() if flat.numel() > 1 else nan, ratio]
             else:
-                pstats = [nan, nan, nan]
+                pstats = [nan, nan, nan, nan]
             act = activations.get(name, nan)
             names.append((name, bool(params), name in activations))
             stats.append(torch.stack([*pstats, act]))
         values = torch.stack(stats).cpu().tolist() if stats else []
         return [{"step": self.step, "layer": name, "grad_norm": gn if has_params else None,
                  "param_mean": mean if has_params else None,
-                 "param_std": std if has_params else None, "act_absmax": act if has_act else None}
-                for (name, has_params, has_act), (gn, mean, std, act)
+                 "param_std": std if has_params else None, "act_absmax": act if has_act else None,
+                 "update_ratio": ratio if has_params else None}
+                for (name, has_params, has_act), (gn, mean, std, ratio, act)
                 in zip(names, values, strict=True)]
 
     def run(self, resume_from: int | str | Path | None = None) -> RunRecord:

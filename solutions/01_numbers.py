@@ -66,6 +66,16 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
           f"smallest normal={fi.tiny:.4g}  eps={fi.eps:.4g}")
 
 # %% [markdown]
+# Where do these numbers come from? The bits, drawn from the same `torch.finfo`
+# (mantissa bits m = −log2(eps), exponent bits = bits − 1 − m). Which format buys
+# range, and which buys precision?
+
+# %%
+from nanlab.viz import plot_float_layouts
+
+fig = plot_float_layouts()
+
+# %% [markdown]
 # Two numbers to remember. **65504** is the largest float16: an attention score, a
 # squared activation or a sum of squares reaches it easily. bfloat16 reaches 3.4e38
 # like float32 but has only 8 bits of precision (`eps` = 0.0078), so small changes

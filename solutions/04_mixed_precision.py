@@ -232,10 +232,23 @@ print("log of the largest sum above 11.09 (the sum overflows):", top_lse > FP16_
 #
 # ## 3. The GradScaler: what it cures, what it cannot
 # ### The loss-scale curve
-# The record's `loss_scale` column holds each step's scale. PyTorch's GradScaler
-# starts at **2^16 = 65536**, multiplies the scale by **0.5** (backoff) at every
-# step whose gradients contain inf or NaN, skipping that step's update, and by
-# **2** (growth) after **2000** clean steps in a row.
+# Loss scaling multiplies the loss by a scale $S$ before backward, so that small
+# gradients land inside fp16's range, and divides them by $S$ before the update:
+#
+# $$\tilde L = S\,L,\qquad \tilde g = \frac{\partial \tilde L}{\partial w} = S\,g,\qquad g = \tilde g\,/\,S .$$
+#
+# After each step, `GradScaler.update()` (PyTorch, `torch/amp/grad_scaler.py`) sets
+#
+# $$S \leftarrow \begin{cases} S\cdot b & \text{if } \tilde g \text{ holds an inf or NaN: the update is skipped} \\ S\cdot \gamma & \text{after } N \text{ clean steps in a row} \\ S & \text{otherwise.} \end{cases}$$
+#
+# The record's `loss_scale` column holds each step's $S$. The constants, read from
+# a fresh scaler:
+
+# %% tags=["nbval-check-output"]
+fresh = torch.amp.GradScaler("cpu")
+print(f"initial S = {fresh.get_scale():g} = 2^{math.log2(fresh.get_scale()):g}, "
+      f"backoff b = {fresh.get_backoff_factor()}, growth γ = {fresh.get_growth_factor()}, "
+      f"N = {fresh.get_growth_interval()}")
 
 # %%
 srows = scaled.record.steps

@@ -421,13 +421,28 @@ print("deep_explosion near the failure: last block more than 1000x its init valu
       bool(d1[-1] > 1000 * d0[-1]))
 
 # %% [markdown]
+# An abs-max is one number per layer; the distribution shows more. Per layer (input
+# on top): output values (left) and parameter gradients (right), |value| on a log
+# axis, for `deep_explosion` at init and at its last checkpoint before the failure,
+# same batch. Where do they part, and does the gap grow with depth?
+
+# %%
+from nanlab.viz import layer_values, plot_layer_histograms
+
+bad_batch = CASES[f"deep_explosion, step {ckpt}, batch {first_bad}"][1]
+fig = plot_layer_histograms(
+    {"deep_explosion, at init": layer_values(fresh_model(deep.trainer.config), bad_batch,
+                                             lm_loss),
+     f"step {ckpt}": layer_values(model_at(deep, ckpt), bad_batch, lm_loss)}, max_layers=16)
+
+# %% [markdown]
 # Two explosions: `bad_init` explodes *along the depth* at step 0 until the last
 # block overflows; `deep_explosion`, tame at init, explodes *over time*.
 #
 # That is claim M8's post-mortem. The trainer keeps a cheap `act_absmax` per leaf
 # module every `record_every` steps (`run.record.layers`); for more, replay the bad
-# batch from the last checkpoint with hooks on and save the abs-max, a histogram or
-# the tensor (`torch.save`), as `locate` does on every module and op.
+# batch from a checkpoint with hooks on, as the histograms above (`layer_values`)
+# and `locate` (every module and op) do.
 #
 # ## 3. The cure, proven with the same seed
 # The SOP's last step (init and eps) names two fixes: `modern_block` (LayerNorm,
@@ -489,6 +504,23 @@ for s in (10, 20, 29):
 print("bad_init + sane_init: no non-finite step:", sane.record.first_nonfinite_step is None)
 print("loss at step 29 within 20 % of the clean run at step 29:",
       abs(sane_losses[29] - clean_losses[29]) < 0.2 * clean_losses[29])
+
+# %% [markdown]
+# ### How much does one step rewrite? The update-to-weight ratio
+# The trainer records each layer's $\|\Delta W\| / \|W\|$ per step. CS231n's notes
+# ("Neural Networks Part 3", "Ratio of weights:updates") call about 1e-3 a rough
+# heuristic: lower, the LR might be too low; higher, likely too high. Where do the
+# exploding run and its cure sit, and which rewrites more of each layer per step?
+
+# %%
+from nanlab.viz import plot_update_ratio
+
+fig = plot_update_ratio({f"deep_explosion, LR {deep.trainer.base_lr:g}": deep.record,
+                         f"+ modern_block, LR {fixed.trainer.base_lr:g}": fixed.record})
+for name, r in (("deep_explosion", deep), ("+ modern_block", fixed)):
+    _, at, ratio = r.record.layer_matrix("update_ratio")
+    print(f"{name:15} median ratio over the first 30 steps: "
+          f"{np.nanmedian(ratio[:, at < 30]):.2g}")
 
 # %% [markdown]
 # ## 4. Xavier, He or a small normal? (初始化方案)

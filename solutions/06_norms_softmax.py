@@ -161,6 +161,27 @@ check("safe_layer_norm",
              "var = ((x32 - mean) ** 2).mean(-1, keepdim=True); end with .to(x.dtype)."])
 
 # %% [markdown]
+# ### eps in backward: the gain through a norm
+# Forward, any eps > 0 keeps a flat row finite. Does its size matter backward? With
+# $\hat x = (x-\mu)/\sqrt{\sigma^2+\epsilon}$ and $g = \partial L/\partial \hat x$,
+# differentiating through $\mu$ and $\sigma^2$ gives (bars: means over the row)
+#
+# $$\frac{\partial L}{\partial x} = \frac{1}{\sqrt{\sigma^2+\epsilon}}\left(g - \bar g - \hat x\,\overline{g\hat x}\right),$$
+#
+# a gain of about $1/\sqrt{\sigma^2+\epsilon}$: on a row with next to no variance,
+# $1/\sqrt{\epsilon}$. Measured on a near-constant row:
+
+# %%
+flat_row = 1e-7 * torch.randn(1, 64)  # variance ~1e-14: next to none
+upstream = torch.randn(1, 64)
+for eps in (1e-12, 1e-5):
+    x = flat_row.clone().requires_grad_()
+    F.layer_norm(x, (64,), eps=eps).backward(upstream)
+    gain = (x.grad.norm() / upstream.norm()).item()
+    bound = 1 / math.sqrt(flat_row.var(unbiased=False).item() + eps)
+    print(f"eps {eps:.0e}: |dL/dx| / |dL/dy| = {gain:.3g}, 1 / sqrt(var + eps) = {bound:.3g}")
+
+# %% [markdown]
 # ## 2. The `tiny_eps` fault: padding meets eps = 0
 #
 # `tiny_eps` puts a **LayerNorm right after the token embedding** (BLOOM has one,

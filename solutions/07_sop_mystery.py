@@ -61,6 +61,16 @@ print(f"clean run: loss {clean.record.losses()[0]:.2f} -> "
       f"{final_loss(clean.record.losses()):.3f}")
 
 # %% [markdown]
+# The map for this lab: each SOP step, the question it asks, and where a "yes"
+# points (drawn from `diagnose`'s code and the fault catalogue). For an fp16 NaN,
+# which box asks the question that can clear or convict fp16?
+
+# %%
+from nanlab.viz import plot_sop_flowchart
+
+fig = plot_sop_flowchart()
+
+# %% [markdown]
 # ## 1. The SOP by hand, on one NaN
 # The incident: a run trained well, then its loss went non-finite for good. Here we know
 # the fault, `fp16_overflow`; in section 3 you will not.

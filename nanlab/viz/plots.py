@@ -38,7 +38,7 @@ FP16_MAX = 65504.0
 BF16_MAX = 3.3895e38  # same exponent range as fp32, fewer mantissa bits
 FP32_MAX = 3.4028e38
 
-LAYER_STATS = ("grad_norm", "param_mean", "param_std", "act_absmax")
+LAYER_STATS = ("grad_norm", "param_mean", "param_std", "act_absmax", "update_ratio")
 NAN_COLOR, INF_COLOR, ZERO_COLOR = "#d62728", "black", "#dddddd"
 
 

@@ -11,7 +11,7 @@ Layout of the tags:
 
 - ``train/loss``, ``train/lr``, ``train/grad_norm``, ``train/loss_scale``
 - ``layers/<layer>/<stat>`` for ``grad_norm``, ``param_mean``, ``param_std``,
-  ``act_absmax``, at every recorded step
+  ``act_absmax``, ``update_ratio``, at every recorded step
 - ``histograms/log10_grad_norm``, ``histograms/log10_act_absmax``: the spread of a
   statistic across layers at each recorded step
 - text: ``events/<kind>`` and ``run/summary``

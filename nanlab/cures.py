@@ -89,6 +89,25 @@ class _StepHook:
         self.last = {"cure": type(self).__name__, **what}
 
 
+class _AdamStepHook(_StepHook):
+    """A step hook that reads Adam's second moment: refused, in one line, on an optimizer
+    that keeps none (update and spike clipping)."""
+
+    def attach(self, optimizer: torch.optim.Optimizer):
+        reason = needs_second_moment(optimizer)
+        if reason:
+            raise NanlabError(f"{type(self).__name__}: {reason}. Allowed: an Adam-family "
+                              "optimizer")
+        return super().attach(optimizer)
+
+
+def _check_positive(name: str, value, note: str) -> None:
+    """A number above 0 (``check_range`` allows the bound itself), or one line saying so."""
+    check_range(name, value, 0.0)
+    if value == 0:
+        raise NanlabError(f"{name}=0 is not allowed; allowed: a number above 0 ({note})")
+
+
 def _with_grads(optimizer):
     """(param group, parameter) for every parameter that has a gradient this step."""
     return [(g, p) for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
@@ -152,14 +171,11 @@ class ZClip(_StepHook):
                  eps: float = 1e-6, max_norm: float | None = None):
         super().__init__()
         check_range("ZClip.alpha", alpha, 0.0, 1.0)
-        check_range("ZClip.z_thresh", z_thresh, 0.0)
+        _check_positive("ZClip.z_thresh", z_thresh, "the paper's 2.5")
         check_range("ZClip.warmup_steps", warmup_steps, 1, integer=True)
         check_range("ZClip.eps", eps, 0.0)
         if max_norm is not None:
             check_range("ZClip.max_norm", max_norm, 0.0)
-        if z_thresh == 0:
-            raise NanlabError("ZClip.z_thresh=0 is not allowed; allowed: a number above 0 "
-                              "(the paper's 2.5)")
         self.alpha, self.z_thresh, self.warmup_steps = alpha, z_thresh, warmup_steps
         self.eps, self.max_norm = eps, max_norm
         self.warmup_norms: list[float] = []
@@ -243,7 +259,7 @@ class ZClip(_StepHook):
         return state_dict
 
 
-class UpdateClipping(_StepHook):
+class UpdateClipping(_AdamStepHook):
     """StableAdamW's update clipping: each tensor's step is divided by max(1, RMS / d),
     RMS = sqrt(mean(g^2 / max(u, eps^2))), u = Adam's bias-corrected second moment.
 
@@ -272,18 +288,9 @@ class UpdateClipping(_StepHook):
 
     def __init__(self, threshold: float = 1.0):
         super().__init__()
-        check_range("UpdateClipping.threshold", threshold, 0.0)
-        if threshold == 0:
-            raise NanlabError("UpdateClipping.threshold=0 is not allowed; allowed: a number "
-                              "above 0 (StableAdamW's d = 1)")
+        _check_positive("UpdateClipping.threshold", threshold, "StableAdamW's d = 1")
         self.threshold = threshold
         self._before: list[tuple[dict, torch.Tensor, torch.Tensor]] = []
-
-    def attach(self, optimizer: torch.optim.Optimizer) -> UpdateClipping:
-        reason = needs_second_moment(optimizer)
-        if reason:
-            raise NanlabError(f"UpdateClipping: {reason}. Allowed: an Adam-family optimizer")
-        return super().attach(optimizer)
 
     def before_step(self, optimizer) -> None:
         super().before_step(optimizer)
@@ -312,7 +319,7 @@ class UpdateClipping(_StepHook):
             self._acted(tensors=len(clipped), rms=max(clipped))
 
 
-class SpikeClipping(_StepHook):
+class SpikeClipping(_AdamStepHook):
     """SPAM's spike-aware clipping: a gradient entry with g^2 > theta * v (v = Adam's
     second moment before this step) becomes sign(g) * sqrt(theta * v); the rest stay.
 
@@ -337,18 +344,9 @@ class SpikeClipping(_StepHook):
 
     def __init__(self, threshold: float = 5000.0, warmup_steps: int = 20):
         super().__init__()
-        check_range("SpikeClipping.threshold", threshold, 0.0)
+        _check_positive("SpikeClipping.threshold", threshold, "SPAM's theta = 5000")
         check_range("SpikeClipping.warmup_steps", warmup_steps, 0, integer=True)
-        if threshold == 0:
-            raise NanlabError("SpikeClipping.threshold=0 is not allowed; allowed: a number "
-                              "above 0 (SPAM's theta = 5000)")
         self.threshold, self.warmup_steps = threshold, warmup_steps
-
-    def attach(self, optimizer: torch.optim.Optimizer) -> SpikeClipping:
-        reason = needs_second_moment(optimizer)
-        if reason:
-            raise NanlabError(f"SpikeClipping: {reason}. Allowed: an Adam-family optimizer")
-        return super().attach(optimizer)
 
     def before_step(self, optimizer) -> None:
         super().before_step(optimizer)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import math
 import os
-import runpy
 
 import pytest
 import torch
-from test_examples import ROOT, code_of, readme_blocks
+from framework_checks import assert_ranks_agree, assert_readme_example_survives
 from torch.utils.data import IterableDataset
 
 from nanlab.checkpoint import safe_load
@@ -164,22 +163,11 @@ def ranks_train(rank: int, world_size: int, mode: str) -> dict:
 def test_ddp_ranks_agree_on_a_nan_one_rank_saw():
     rank0, rank1 = launch(ranks_train, 2, "recover")
     assert rank0["world_size"] == rank1["world_size"] == 2
-    assert [(e["step"], e["action"]) for e in rank0["events"]] == \
-           [(e["step"], e["action"]) for e in rank1["events"]] == \
-           [(BAD, "rollback"), (BAD + 1, "skip_batch"), (BAD + 2, "skip_batch")]
-    # the NaN was rank 1's: rank 0 saw it only in the gradients DDP averaged
-    assert rank1["events"][0]["reason"].startswith("non-finite loss")
-    assert rank0["events"][0]["reason"].startswith("non-finite grad norm")
-    assert torch.isfinite(rank0["params"]).all()
-    assert torch.equal(rank0["params"], rank1["params"])
+    assert_ranks_agree(rank0, rank1, BAD)
 
 
 def test_the_readme_example_is_this_file_and_survives(tmp_path, monkeypatch, capsys):
-    assert code_of("guard_hf.py") in readme_blocks(), "README's copy of the example is stale"
-    monkeypatch.chdir(tmp_path)  # its output folder
-    runpy.run_path(str(ROOT / "examples" / "guard_hf.py"), run_name="__main__")
-    out = capsys.readouterr().out
-    assert "guard: 1 incident, 1 rollback;" in out and "finite: True" in out
+    assert_readme_example_survives("guard_hf.py", tmp_path, monkeypatch, capsys)
 
 
 def test_watching_a_clipped_grad_norm_is_refused(tmp_path):

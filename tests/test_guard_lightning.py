@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import runpy
 import subprocess
 import sys
 import warnings
@@ -20,7 +19,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from test_examples import ROOT, code_of, readme_blocks
+from framework_checks import assert_ranks_agree, assert_readme_example_survives
 from torch.utils.data import DataLoader, TensorDataset
 
 from nanlab.checkpoint import safe_load
@@ -155,14 +154,7 @@ def ranks_train(rank: int, world_size: int, mode: str) -> dict:
 @pytest.mark.slow
 def test_ddp_ranks_agree_on_a_nan_one_rank_saw():
     rank0, rank1 = launch(ranks_train, 2, "recover")
-    assert [(e["step"], e["action"]) for e in rank0["events"]] == \
-           [(e["step"], e["action"]) for e in rank1["events"]] == \
-           [(BAD, "rollback"), (BAD + 1, "skip_batch"), (BAD + 2, "skip_batch")]
-    # the NaN was rank 1's: rank 0 saw it only in the gradients DDP averaged
-    assert rank1["events"][0]["reason"].startswith("non-finite loss")
-    assert rank0["events"][0]["reason"].startswith("non-finite grad norm")
-    assert torch.isfinite(rank0["params"]).all()
-    assert torch.equal(rank0["params"], rank1["params"])
+    assert_ranks_agree(rank0, rank1, BAD)
 
 
 def test_importing_nanlab_imports_neither_framework():
@@ -195,8 +187,4 @@ def test_manual_optimization_is_refused(tmp_path):
 
 
 def test_the_readme_example_is_this_file_and_survives(tmp_path, monkeypatch, capsys):
-    assert code_of("guard_lightning.py") in readme_blocks(), "README's copy of the example is stale"
-    monkeypatch.chdir(tmp_path)  # its output folder
-    runpy.run_path(str(ROOT / "examples" / "guard_lightning.py"), run_name="__main__")
-    out = capsys.readouterr().out
-    assert "guard: 1 incident, 1 rollback;" in out and "finite: True" in out
+    assert_readme_example_survives("guard_lightning.py", tmp_path, monkeypatch, capsys)

@@ -127,6 +127,7 @@ class GuardedSteps:
         self._held: HeldSchedule | None = None
         self._rollback = False
         self._kept_at: int | None = None
+        self._reported = 0  # events already handed out by new_events
 
     def bind(self, model: torch.nn.Module, optimizer, scheduler=None,
              evidence_dir: str | Path | None = None) -> None:
@@ -201,5 +202,36 @@ class GuardedSteps:
     def _note(self, step: int, action: str, reason: str) -> None:
         self.events.append({"step": step, "action": action, "reason": reason})
 
+    def new_events(self) -> list[dict]:
+        """The events since the last call: what a callback has not logged yet."""
+        events, self._reported = self.events[self._reported:], len(self.events)
+        return events
 
-__all__ = ["KEEP_EVERY", "GuardedSteps", "HeldSchedule", "grad_norm", "require"]
+
+class GuardHooks:
+    """The part of a framework callback that is not the framework's: its guard, the steps
+    it drives, and the batch of the step under way (for the evidence). A callback class
+    inherits from this and from its framework's callback class.
+
+    >>> hooks = GuardHooks("skip")
+    >>> hooks.guard.mode, hooks.summary()["skip"]
+    ('skip', 0)
+    """
+
+    def __init__(self, mode: str = "recover", *, keep_every: int = KEEP_EVERY,
+                 guard: Guard | None = None, **options):
+        self.guard = guard if guard is not None else Guard(mode, **options)
+        self.steps = GuardedSteps(self.guard, keep_every)
+        self._batch: Any = None
+
+    def summary(self) -> dict:
+        """The guard's counts (skips, rollbacks, incidents, evidence, ...)."""
+        return self.guard.summary()
+
+    def _decide(self, step: int) -> Decision | None:
+        """The guard's decision on this step's gradients, with the batch it saw."""
+        batch, self._batch = self._batch, None
+        return self.steps.decide(step, batch=batch)
+
+
+__all__ = ["KEEP_EVERY", "GuardHooks", "GuardedSteps", "HeldSchedule", "grad_norm", "require"]

@@ -36,11 +36,9 @@ Needs ``pip install 'nanlab[hf]'``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from nanlab.errors import NanlabError
-from nanlab.guard.framework import KEEP_EVERY, GuardedSteps, require
-from nanlab.guard.guard import Guard
+from nanlab.guard.framework import GuardHooks, require
 
 require("transformers", "hf")  # its Trainer also needs accelerate (in the extra), and says so
 
@@ -50,7 +48,7 @@ from transformers.utils import logging  # noqa: E402
 logger = logging.get_logger(__name__)
 
 
-class GuardCallback(TrainerCallback):
+class GuardCallback(GuardHooks, TrainerCallback):
     """Stop, skip or recover inside ``transformers.Trainer`` (see the module docstring).
 
     ``mode`` and ``**options`` are :class:`nanlab.guard.Guard`'s (``spike=``,
@@ -62,21 +60,9 @@ class GuardCallback(TrainerCallback):
     ('skip', 0)
     """
 
-    def __init__(self, mode: str = "recover", *, keep_every: int = KEEP_EVERY,
-                 guard: Guard | None = None, **options):
-        self.guard = guard if guard is not None else Guard(mode, **options)
-        self.steps = GuardedSteps(self.guard, keep_every)
-        self._hook = None
-        self._batch: Any = None
-        self._logged = 0  # events already logged
-
-    def summary(self) -> dict:
-        """The guard's counts (skips, rollbacks, incidents, evidence, ...).
-
-        >>> GuardCallback("stop").summary()["stop"]
-        0
-        """
-        return self.guard.summary()
+    def __init__(self, mode: str = "recover", **options):
+        super().__init__(mode, **options)
+        self._hook = None  # the forward hook that reads the model's loss
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None,
                        lr_scheduler=None, **kwargs):
@@ -103,15 +89,14 @@ class GuardCallback(TrainerCallback):
         self.steps.step_start(state.global_step)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        d = self.steps.decide(state.global_step, batch=self._batch)
-        self._batch = None
+        d = self._decide(state.global_step)
         if d is not None and d.action == "stop":
             control.should_training_stop = True
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
         self.steps.step_end()
-        events, self._logged = self.steps.events[self._logged:], len(self.steps.events)
+        events = self.steps.new_events()
         for e in events:  # the update this step would have made, in the Trainer's numbering
             entry = {"step": state.global_step, "nanlab_guard": e["action"],
                      "reason": e["reason"]}

@@ -34,11 +34,9 @@ Needs ``pip install 'nanlab[lightning]'``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from nanlab.errors import NanlabError
-from nanlab.guard.framework import KEEP_EVERY, GuardedSteps, require
-from nanlab.guard.guard import Guard
+from nanlab.guard.framework import GuardHooks, require
 
 require("lightning", "lightning")
 
@@ -46,7 +44,7 @@ from lightning.pytorch import Callback  # noqa: E402
 from lightning.pytorch.utilities import rank_zero_warn  # noqa: E402
 
 
-class GuardCallback(Callback):
+class GuardCallback(GuardHooks, Callback):
     """Stop, skip or recover inside ``lightning.Trainer`` (see the module docstring).
 
     ``mode`` and ``**options`` are :class:`nanlab.guard.Guard`'s (``spike=``,
@@ -57,21 +55,6 @@ class GuardCallback(Callback):
     >>> cb.guard.mode, cb.summary()["skip"]
     ('skip', 0)
     """
-
-    def __init__(self, mode: str = "recover", *, keep_every: int = KEEP_EVERY,
-                 guard: Guard | None = None, **options):
-        self.guard = guard if guard is not None else Guard(mode, **options)
-        self.steps = GuardedSteps(self.guard, keep_every)
-        self._batch: Any = None
-        self._logged = 0  # events already logged
-
-    def summary(self) -> dict:
-        """The guard's counts (skips, rollbacks, incidents, evidence, ...).
-
-        >>> GuardCallback("stop").summary()["stop"]
-        0
-        """
-        return self.guard.summary()
 
     def on_train_start(self, trainer, pl_module) -> None:
         if not pl_module.automatic_optimization:
@@ -100,14 +83,13 @@ class GuardCallback(Callback):
         self.steps.add_loss(loss)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        d = self.steps.decide(trainer.global_step, batch=self._batch)
-        self._batch = None
+        d = self._decide(trainer.global_step)
         if d is not None and d.action == "stop":
             trainer.should_stop = True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.steps.step_end()
-        events, self._logged = self.steps.events[self._logged:], len(self.steps.events)
+        events = self.steps.new_events()
         if not events:
             return
         for e in events:  # the global step is past the update that was dropped

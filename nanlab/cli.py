@@ -394,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.set_defaults(func=cmd_matrix)
 
     det = sub.add_parser("detectors", help="score every spike rule on a labelled corpus")
-    det.add_argument("--quick", action="store_true", help="the 4-run corpus (seconds)")
+    det.add_argument("--quick", action="store_true", help="the 5-run corpus (seconds)")
     det.add_argument("--json", action="store_true")
     det.set_defaults(func=cmd_detectors)
 

@@ -195,7 +195,7 @@ def test_best_is_the_highest_recall_under_the_false_alarm_bar():
 def test_cli_quick_json(capsys):
     assert main(["detectors", "--quick", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["corpus"]["runs"] == 4 and out["corpus"]["incidents"] == 3
+    assert out["corpus"]["runs"] == 5 and out["corpus"]["incidents"] == 3
     rows = {r["rule"]: r for r in out["rules"]}
     assert set(rows) == set(RULES)
     assert rows["nanlab"]["recall"] == 1.0

@@ -16,7 +16,8 @@ window of steps ``[start, end)`` in which something is wrong.
   ``k + length + RECOVERY`` (the LR burst and the steps the loss needs to come back);
   for a divergence that stays finite, the end of the run;
 - the two myth faults (dead ReLU, sigmoid chain) stall; no spike rule is meant to see a
-  stall, so their steps are not scored.
+  stall, so their steps are not scored; nor are those of a fault meant to end in a NaN
+  that did not fire in this run (``deep_explosion`` at its default LR is on the edge).
 
 **Scoring, one step at a time.** Non-finite steps are never scored: every system checks
 for NaN with a rule of its own (Megatron-LM's ``check_for_nan_in_loss_and_grad``, nanlab's
@@ -166,7 +167,9 @@ def make_run(spec: RunSpec, steps: int = 200) -> Run:
         incident = None if spec.fault is None else _incident(spec, len(losses), None)
     else:
         incident = _incident(spec, len(losses), first_bad)
-    scored = fault is None or fault.signature != "stall"
+    # a stall is not a spike; a fault meant to end in a NaN that did not here never fired
+    scored = fault is None or not (fault.signature == "stall" or (
+        fault.signature == "nonfinite" and first_bad is None and spec.skipped_nan_at is None))
     return Run(spec.label, spec.kind, losses, norms, incident, scored, first_bad)
 
 

@@ -12,7 +12,7 @@ one- or two-sidedness and the same treatment of NaN, so that the table in
 ``llm_foundry``    loss >= 2x the mean of the last 100, five steps in a row
 ``olmo_core``      loss or grad norm > mean + 6 std of the last 128, after 64 steps
 ``zclip``          EMA z-score of the grad norm > 2.5 (alpha 0.97), after 25 steps
-``nanlab``         the guard's default: z > 6 over 20 finite losses and >= 1.5x the mean
+``nanlab``         the guard's default: z > 6 over 20 finite losses and > 1.5x the mean
 =================  ===============================================================
 
 and two variants with rolling statistics that survive a NaN (a non-finite value never
@@ -282,14 +282,16 @@ class Nanlab(Detector):
 
     name = "nanlab"
     source = "nanlab nanlab/guard/spikes.py (SpikeWatch, as the Guard uses it)"
-    summary = "z > 6 over 20 finite losses and >= 1.5x their mean"
     nan_safe = True
 
     def __init__(self, watch_grad_norm: bool = False, **settings):
         self.watch = SpikeWatch(watch_grad_norm=watch_grad_norm, **settings)
+        d = self.watch.loss
+        self.summary = (f"z > {d.z:g} over {d.window} finite losses and > "
+                        f"{1 + d.rtol:g}x their mean" + (", or the grad norm alike"
+                                                           if watch_grad_norm else ""))
         if watch_grad_norm:
             self.name = "nanlab_grad"
-            self.summary = "nanlab on the loss or the grad norm"
         if settings:
             self.name += "(" + ", ".join(f"{k}={v}" for k, v in settings.items()) + ")"
 

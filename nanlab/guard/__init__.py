@@ -3,6 +3,9 @@
 - ``guard``:  the guard around the optimizer step (stop / skip / recover, evidence kept)
 - ``spikes``: the loss-spike detector (one-sided running z-score gated by a relative rise)
 - ``agree``:  the guard's flags all-reduced, so every data-parallel rank decides alike
+- ``detectors``: the spike rules of Megatron-LM, Lightning, llm-foundry, OLMo-core, ZClip
+  and nanlab, read from their sources, behind one interface
+- ``corpus``: a labelled corpus of runs and the table that scores every rule on it
 
 >>> from nanlab.guard import Guard
 >>> Guard("skip").mode
@@ -10,8 +13,9 @@
 """
 
 from nanlab.guard.agree import agree, is_distributed
+from nanlab.guard.detectors import RULES, Detector, make_detector
 from nanlab.guard.guard import ACTIONS, MODES, SPIKE_ACTIONS, VERDICTS, Decision, Guard
 from nanlab.guard.spikes import SpikeDetector
 
-__all__ = ["ACTIONS", "MODES", "SPIKE_ACTIONS", "VERDICTS", "Decision", "Guard",
-           "SpikeDetector", "agree", "is_distributed"]
+__all__ = ["ACTIONS", "MODES", "RULES", "SPIKE_ACTIONS", "VERDICTS", "Decision", "Detector",
+           "Guard", "SpikeDetector", "agree", "is_distributed", "make_detector"]

@@ -67,7 +67,11 @@ SIZES = ("quick", "full")
 @dataclass
 class RunSpec:
     """How a run of the corpus is made: a fault (None = clean), its parameters, the
-    TrainConfig fields changed, and optionally a NaN batch the guard skips."""
+    TrainConfig fields changed, and optionally a NaN batch the guard skips.
+
+    >>> RunSpec("lr_jump x10 at 70", "spike", "lr_jump", {"at_step": 70}).fault
+    'lr_jump'
+    """
 
     label: str
     kind: str  # clean | noisy | spike | spike_nan | skipped_nan | fault
@@ -79,7 +83,13 @@ class RunSpec:
 
 @dataclass
 class Run:
-    """One run of the corpus: its series and its ground truth."""
+    """One run of the corpus: its series and its ground truth.
+
+    >>> import numpy as np
+    >>> run = Run("to nan", "fault", np.array([1.0, 2.0, np.nan]), np.ones(3), (1, 2), True, 2)
+    >>> run.step_labels().tolist()   # healthy, incident, not scored
+    [0, 1, -1]
+    """
 
     label: str
     kind: str
@@ -144,7 +154,13 @@ def _incident(spec: RunSpec, n: int, first_bad: int | None) -> tuple[int, int] |
 
 
 def make_run(spec: RunSpec, steps: int = 200) -> Run:
-    """Train one run of the corpus and label it (see the module docstring)."""
+    """Train one run of the corpus and label it (see the module docstring).
+
+    >>> run = make_run(RunSpec("lr_jump x10 at 70", "spike", "lr_jump", {"at_step": 70}),
+    ...                steps=120)  # doctest: +SKIP
+    >>> run.incident  # doctest: +SKIP
+    (70, 91)
+    """
     fault = get_fault(spec.fault) if spec.fault else None
     base = TrainConfig(steps=steps, progress=False, record_every=0, checkpoint_every=0)
     config = base.replace(**spec.config)
@@ -179,7 +195,12 @@ STEPS = {"quick": 120, "full": 200}
 def make_corpus(size: str = "full", progress: Callable[[str], None] | None = None
                 ) -> list[Run]:
     """Every run of the ``size`` corpus ("quick": 5 runs of 120 steps; "full": 31 runs of
-    200 steps: every built-in fault among them), each made once."""
+    200 steps: every built-in fault among them), each made once.
+
+    >>> runs = make_corpus("quick")  # doctest: +SKIP
+    >>> [r.kind for r in runs]  # doctest: +SKIP
+    ['clean', 'noisy', 'spike', 'skipped_nan', 'spike_nan']
+    """
     runs = []
     check_choice("size", size, SIZES)
     for spec in _spec_list(size):
@@ -191,7 +212,11 @@ def make_corpus(size: str = "full", progress: Callable[[str], None] | None = Non
 
 @dataclass
 class Score:
-    """One rule's line of the table."""
+    """One rule's line of the table (:func:`score` makes it).
+
+    >>> Score("r", "", "", 1, 2, 3, 1, 500, [4]).false_per_1000
+    2.0
+    """
 
     rule: str
     summary: str
@@ -230,7 +255,14 @@ class Score:
 
 
 def score(make: Callable[[], Detector], runs: Sequence[Run]) -> Score:
-    """Replay every run through a fresh detector from ``make`` and score its alarms."""
+    """Replay every run through a fresh detector from ``make`` and score its alarms.
+
+    >>> import numpy as np
+    >>> from nanlab.guard.detectors import Megatron
+    >>> healthy = Run("clean", "clean", np.ones(150), np.ones(150), None)
+    >>> score(Megatron, [healthy]).false_alarms
+    0
+    """
     probe = make()
     detected = detectable = true = false = healthy = 0
     leads: list[int] = []
@@ -254,7 +286,12 @@ def score(make: Callable[[], Detector], runs: Sequence[Run]) -> Score:
 
 def best(scores: Sequence[Score], max_false: float = MAX_FALSE_ALARMS) -> Score | None:
     """The highest recall at most ``max_false`` false alarms per 1,000 healthy steps; ties
-    go to the longer median lead, then to fewer false alarms."""
+    go to the longer median lead, then to fewer false alarms.
+
+    >>> a, b = Score("a", "", "", 1, 2, 1, 0, 1000, []), Score("b", "", "", 2, 2, 2, 5, 1000, [])
+    >>> best([a, b]).rule   # b catches more, but raises 5 false alarms per 1,000 steps
+    'a'
+    """
     ok = [s for s in scores if s.false_per_1000 <= max_false and s.detectable]
     if not ok:
         return None
@@ -267,7 +304,13 @@ def best(scores: Sequence[Score], max_false: float = MAX_FALSE_ALARMS) -> Score 
 
 @dataclass
 class Table:
-    """The detector table: one :class:`Score` per rule, the corpus it was measured on."""
+    """The detector table: one :class:`Score` per rule, the corpus it was measured on.
+
+    >>> import numpy as np
+    >>> healthy = Run("clean", "clean", np.ones(150), np.ones(150), None)
+    >>> detector_table([healthy]).to_dict()["corpus"]["healthy_steps"]
+    150
+    """
 
     scores: list[Score]
     runs: int

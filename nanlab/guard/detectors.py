@@ -43,7 +43,13 @@ def _finite(x: float) -> bool:
 class Detector:
     """One spike rule: ``observe(loss, grad_norm)`` is called once per step, in order,
     and says whether that step raises an alarm. ``name`` and ``source`` say which rule it
-    is and where it was read; ``nan_safe`` whether a NaN in its history is harmless."""
+    is and where it was read; ``nan_safe`` whether a NaN in its history is harmless.
+
+    >>> class Above(Detector):
+    ...     def observe(self, loss, grad_norm):
+    ...         return loss > 4.0
+    >>> alarms(Above(), [1.0, 5.0], [1.0, 1.0])
+    [False, True]"""
 
     name = "detector"
     source = ""
@@ -63,7 +69,10 @@ class Megatron(Detector):
     the first 100 finite losses is fixed once and for all; after that, a loss at least 10x
     that max is an alarm. NaN and inf are ignored ("They should be checked separately":
     the NaN check is a different rule, fatal by default). In validate-results mode the
-    very first iteration is not validated; that shifts the sample by one step only."""
+    very first iteration is not validated; that shifts the sample by one step only.
+
+    >>> alarms(Megatron(), [1.0] * 100 + [9.0, 10.0], [1.0] * 102)[-2:]
+    [False, True]"""
 
     name = "megatron"
     source = ("NVIDIA/Megatron-LM megatron/core/rerun_state_machine.py "
@@ -93,7 +102,10 @@ class Lightning(Detector):
     over the running mean of the last 10 kept values: for a positive loss, >= 3x the mean.
     A spike raises and is not kept. With ``finite_only=True`` a non-finite loss *is* a
     spike (the code returns True before the tolerance test), but during the warm-up it is
-    kept and poisons the mean. ``last_val`` starts at 0.0."""
+    kept and poisons the mean. ``last_val`` starts at 0.0.
+
+    >>> alarms(Lightning(), [1.0] * 10 + [3.0, 0.5], [1.0] * 12)[-2:]
+    [True, False]"""
 
     name = "lightning"
     source = "Lightning-AI/pytorch-lightning src/lightning/fabric/utilities/spike.py"
@@ -130,7 +142,10 @@ class LLMFoundry(Detector):
     outlier; the fifth outlier in a row is an alarm (and every one after it while the
     streak lasts); a normal loss resets the streak. Else, after 200 steps, half the
     window above the loss cap is an alarm too. Every loss enters the window, NaN included:
-    the mean is then NaN, no comparison holds, and the rule is blind for 100 steps."""
+    the mean is then NaN, no comparison holds, and the rule is blind for 100 steps.
+
+    >>> alarms(LLMFoundry(), [1.0] * 100 + [10.0] * 5, [1.0] * 105)[-2:]
+    [False, True]"""
 
     name = "llm_foundry"
     source = "mosaicml/llm-foundry llmfoundry/callbacks/kill_loss_spike_callback.py"
@@ -182,7 +197,11 @@ class OlmoCore(Detector):
     kept. Every value is kept, NaN included: a NaN makes the mean and std NaN, every
     comparison False, and *every* step is skipped until the NaN leaves the window, 128
     steps later. ``finite=True`` is nanlab's variant: non-finite values are never kept.
-    The grad norm is watched when the trainer sets it (OLMo-core does when clipping)."""
+    The grad norm is watched when the trainer sets it (OLMo-core does when clipping).
+
+    >>> wobble = [1.0, 1.1] * 40
+    >>> alarms(OlmoCore(), wobble + [9.0, 0.0], wobble + [1.0, 1.0])[-2:]
+    [True, False]"""
 
     name = "olmo_core"
     source = ("allenai/OLMo-core src/olmo_core/optim/skip_step_optimizer.py "
@@ -234,7 +253,11 @@ class ZClip(Detector):
     (alpha 0.97) is then updated with the clipped value (mean + 2.5 std / (z / 2.5)) or
     with g. A NaN norm compares False (no alarm), then enters the EMA: mean and var are
     NaN for ever after, and the rule never fires again. ``finite=True`` keeps
-    non-finite norms out (nanlab's variant). It watches the grad norm only."""
+    non-finite norms out (nanlab's variant). It watches the grad norm only.
+
+    >>> wobble = [1.0, 1.1] * 15
+    >>> alarms(ZClip(), [1.0] * 31, wobble + [9.0])[-1]
+    True"""
 
     name = "zclip"
     source = "bluorion-com/ZClip zclip/zclip.py (commit 584ce4f, ZClip.step)"
@@ -278,7 +301,10 @@ class Nanlab(Detector):
     than ``z`` std above the mean of the last ``window`` finite losses and at least
     ``(1 + rtol)`` times that mean, after ``warmup`` finite values; with
     ``watch_grad_norm`` the grad norm too. One-sided; non-finite values never enter the
-    window, as in the guard (which handles a NaN with its own check)."""
+    window, as in the guard (which handles a NaN with its own check).
+
+    >>> alarms(Nanlab(), [1.0, 1.1] * 15 + [float("nan"), 9.0], [1.0] * 32)[-2:]
+    [False, True]"""
 
     name = "nanlab"
     source = "nanlab nanlab/guard/spikes.py (SpikeWatch, as the Guard uses it)"

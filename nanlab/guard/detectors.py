@@ -322,10 +322,10 @@ class Nanlab(Detector):
             self.name += "(" + ", ".join(f"{k}={v}" for k, v in settings.items()) + ")"
 
     def observe(self, loss, grad_norm):
-        spike = False
-        if _finite(loss):  # the guard tests for a spike only on a finite step
-            spike = self.watch.test(loss, grad_norm)[1]
-        self.watch.observe(loss, grad_norm)
+        finite = _finite(loss) and _finite(grad_norm)  # as Guard.check: a finite step only
+        spike = finite and self.watch.test(loss, grad_norm)[1]
+        if finite:
+            self.watch.observe(loss, grad_norm)
         return spike
 
 

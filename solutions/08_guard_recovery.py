@@ -675,10 +675,15 @@ print(table.text())
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+points = {}  # rules on the same spot share one label
 for s in table.scores:
-    ax.scatter(s.false_per_1000, s.recall, color="C3" if s.rule == "nanlab" else "C0")
-    ax.annotate(s.rule, (s.false_per_1000, s.recall), fontsize=8,
-                xytext=(4, 3), textcoords="offset points")
+    points.setdefault((s.false_per_1000, s.recall), []).append(s.rule)
+same_height = {}  # labels at one recall alternate above and below their points
+for (x, y), names in sorted(points.items()):
+    n = same_height[y] = same_height.get(y, -1) + 1
+    ax.scatter(x, y, color="C3" if "nanlab" in names else "C0")
+    ax.annotate(", ".join(names), (x, y), fontsize=8, xytext=(4, -11 if n % 2 else 4),
+                textcoords="offset points")
 ax.set(xscale="symlog", xlabel="false alarms per 1,000 healthy steps",
        ylabel="recall (incidents caught)", title="each rule on the quick corpus");
 
@@ -707,6 +712,7 @@ sweep = detector_table(corpus, size="quick", rules={
 cost = [s.false_alarms * ROLLBACK + (s.detectable - s.detected) * BLOWN for s in sweep]
 fig, ax = plt.subplots(figsize=(7, 3.5), layout="constrained")
 ax.plot(zs, cost, "o-")
+ax.set_yscale("symlog", linthresh=10)
 ax.set(xscale="log", xlabel="z threshold", ylabel="expected cost (steps)",
        title=f"false alarms x {ROLLBACK} + misses x {BLOWN}");
 cheapest = [z for z, c in zip(zs, cost, strict=True) if c == min(cost)]

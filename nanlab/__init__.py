@@ -29,7 +29,8 @@ The library, the modules the labs import most at the top:
 - ``nanlab.debug``       finding the cause: ``locate`` replays the first bad step, ``diagnose``
   runs the SOP (``trace``, ``locate``, ``diagnose``, ``runs``)
 - ``nanlab.guard``       stop / skip / recover around the optimizer step, the spike detector,
-  one decision on every data-parallel rank (``guard``, ``spikes``, ``agree``)
+  one decision on every data-parallel rank, spike rules scored (``guard``, ``spikes``,
+  ``agree``, ``detectors``, ``corpus``)
 - ``nanlab.viz``         loss curves, grad-norm heat maps, per-layer histograms and update
   ratios, float bit layouts, the SOP flowchart, TensorBoard export (``plots``, ``layers``,
   ``diagrams``, ``tensorboard``)

@@ -49,6 +49,8 @@ from nanlab import faults
 from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
 from nanlab.faults import run_fault
 from nanlab.guard import Guard, SpikeDetector
+from nanlab.guard.corpus import detector_table, make_corpus
+from nanlab.guard.detectors import Nanlab
 from nanlab.signals import final_loss, find_spikes, recovery_steps
 from nanlab.train import Trainer
 from nanlab.viz import plot_compare, plot_loss
@@ -566,7 +568,7 @@ print("from step 150: below 0.1 before the first step:", clean_losses[150] < 0.1
 # **Exercise 3 · the detector.** Write
 # `zscore_spikes(values, window=20, warmup=20, z_max=6.0, rtol=0.5)`, the indices of
 # spikes in `values`. A finite `x` is a spike if `z = (x − mean) / std` over the last
-# `window` finite values exceeds `z_max` (OLMo-core's 6 sigma) **and** `x` is at least
+# `window` finite values exceeds `z_max` (OLMo-core's 6 sigma) **and** `x` is more than
 # `(1 + rtol)` times the mean (on a flat stretch a tiny std gives a harmless wobble a
 # large `z`).  Use the population std (`np.std`'s default); a std of 0 gives `z = inf`
 # if `x` is above the mean, else 0. No spike before `warmup` finite values, or with
@@ -658,6 +660,68 @@ print("unguarded NaN run:", detect(losses))
 # `Guard(mode, spike="skip" | "recover" | "stop")` acts on spikes, but acting on one the
 # model recovers from alone can do more harm than good (Lab 03): alert, and act only on
 # spikes that stay up.
+#
+# ### Detectors compared, and a threshold priced
+# Every framework ships a spike rule (section 9); none says how often it is wrong.
+# `nanlab.guard.corpus` makes labelled runs (here the quick corpus: clean, noisy, an LR
+# burst that heals, a skipped NaN then a burst, a deep stack that explodes) and replays
+# each rule, as written in its source file, over their losses and grad norms. An alarm
+# on a healthy step is a **false alarm**; an incident is **detected** by an alarm in its
+# window before any NaN. `nanlab detectors` runs the 31-run corpus.
+
+# %%
+corpus = make_corpus("quick")
+table = detector_table(corpus, size="quick")
+print(table.text())
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+points = {}  # rules on the same spot share one label
+for s in table.scores:
+    points.setdefault((s.false_per_1000, s.recall), []).append(s.rule)
+same_height = {}  # labels at one recall alternate above and below their points
+for (x, y), names in sorted(points.items()):
+    n = same_height[y] = same_height.get(y, -1) + 1
+    ax.scatter(x, y, color="C3" if "nanlab" in names else "C0")
+    ax.annotate(", ".join(names), (x, y), fontsize=8, xytext=(4, -11 if n % 2 else 4),
+                textcoords="offset points")
+ax.set(xscale="symlog", xlabel="false alarms per 1,000 healthy steps",
+       ylabel="recall (incidents caught)", title="each rule on the quick corpus");
+
+# %% tags=["nbval-check-output"]
+rows = {s.rule: s for s in table.scores}
+print("OLMo-core: more false alarms than its NaN-proof twin:",
+      rows["olmo_core"].false_alarms > rows["olmo_core_finite"].false_alarms)
+print("ZClip: lower recall than its NaN-proof twin:",
+      rows["zclip"].recall < rows["zclip_finite"].recall)
+print("nanlab's default: every incident, no false alarm:",
+      rows["nanlab"].recall == 1.0 and rows["nanlab"].false_alarms == 0)
+
+# %% [markdown]
+# Top left is good. The skipped NaN is why OLMo-core and ZClip fall: a NaN in their
+# statistics makes OLMo-core skip the next 128 steps and blinds ZClip for good.
+#
+# **A threshold is a price.** A false alarm costs a rollback (here 20 steps of
+# compute), a missed incident can cost the run (2,000 steps). Sweep the z threshold of
+# nanlab's z-score alone (`rtol=0`, no relative gate) and add up the bill:
+
+# %%
+ROLLBACK, BLOWN = 20, 2000  # steps lost per false alarm, per missed incident
+zs = [1, 1.5, 2, 3, 4, 6, 9, 13, 20, 30, 50]
+sweep = detector_table(corpus, size="quick", rules={
+    f"z={z}": (lambda z=z: Nanlab(z=z, rtol=0.0)) for z in zs}).scores
+cost = [s.false_alarms * ROLLBACK + (s.detectable - s.detected) * BLOWN for s in sweep]
+fig, ax = plt.subplots(figsize=(7, 3.5), layout="constrained")
+ax.plot(zs, cost, "o-")
+ax.set_yscale("symlog", linthresh=10)
+ax.set(xscale="log", xlabel="z threshold", ylabel="expected cost (steps)",
+       title=f"false alarms x {ROLLBACK} + misses x {BLOWN}");
+cheapest = [z for z, c in zip(zs, cost, strict=True) if c == min(cost)]
+print(f"cheapest z: {cheapest[0]:g} to {cheapest[-1]:g} (cost {min(cost)} steps)")
+
+# %% [markdown]
+# Read the minimum off the plot. Too low a z pays for rollbacks, too high one for
+# blown runs; the price ratio moves the minimum (try `ROLLBACK = 200`).
 #
 # ## 9. How the big systems do it
 # The article says Megatron-LM and DeepSpeed "detect overflow and recover

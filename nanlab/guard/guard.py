@@ -57,8 +57,9 @@ Megatron-LM    validates the loss every step (fatal by default); ``--check-for-s
 DeepSpeed      skips the step on overflow ("OVERFLOW! ... Skipping step"), lowers the
                loss scale; the skip is easy to miss in the logs.
 OLMo-core      ``SkipStepOptimizer``: skips when loss or grad norm > mean + 6 sigma of
-               the last 128 steps, without a host sync (two-sided: an unusually *low*
-               loss is skipped too).
+               the last 128 steps, once 64 are in, without a host sync (one-sided:
+               ``loss - mean <= 6 * std`` passes, a low loss is never skipped; a NaN
+               in the window makes every comparison False, so it skips 128 steps).
 Lightning      ``SpikeDetection``: window 10, rtol 2.0; raises, and writes the ids of the
                spiky batch and the one before it to a file that nothing reads back.
 PaLM 540B      about 20 spikes: restart about 100 steps before, skip 200-500 batches;

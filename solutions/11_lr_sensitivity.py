@@ -94,15 +94,16 @@ def my_sensitivity(final_losses, initial_loss):
 CASES = [([4.5, 4.0, 9.0], 7.0), ([2.0, float("nan"), 2.5], 3.5), ([1.0, 1.0], 3.0)]
 
 
-def sensitivity_test(fn):
-    for losses, l0 in CASES:
-        got, want = fn(losses, l0), lr_sensitivity(losses, l0)
-        if not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
-            return f"{losses}, initial {l0}: got {got}, expected {want}"
+def sensitivity_test(got):
+    for (losses, l0), value in zip(CASES, got, strict=True):
+        want = lr_sensitivity(losses, l0)
+        if not math.isclose(value, want, rel_tol=1e-9, abs_tol=1e-12):
+            return f"{losses}, initial {l0}: got {value}, expected {want}"
     return None
 
 
-check("my_sensitivity", lambda: my_sensitivity, test=sensitivity_test,
+check("my_sensitivity", lambda: [my_sensitivity(*case) for case in CASES],
+      test=sensitivity_test,
       hints=["Replace each loss by min(loss, initial_loss); a NaN becomes initial_loss.",
              "math.isfinite tells NaN and inf apart from a number; the best is the min."])
 

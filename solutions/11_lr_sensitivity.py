@@ -217,8 +217,8 @@ print("baseline at LR 3e-1: entropy falls below a quarter of its start:",
 # saturated softmax is close to 0: attention stops learning. The growth comes from the
 # weights: a logit is the product of two projections, so it grows with the *square*
 # of their scale (the paper's Appendix C), and at LR 0.3 Adam moves every weight by
-# up to about 0.3 each step. QK-LayerNorm normalises `q` and `k` first, so only the small
-# LayerNorm gains can scale a logit.
+# up to about 0.3 each step. QK-LayerNorm normalises `q` and `k` first, so only the
+# LayerNorm gains can scale a logit, and they grow far more slowly.
 #
 # ## 5. Output log Z and z-loss
 #

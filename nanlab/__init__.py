@@ -27,7 +27,8 @@ The library, the modules the labs import most at the top:
 - ``nanlab.faults``      faults that fail by their real mechanism, their cures, the fault x fix
   matrix, mystery runs (``catalogue``, ``inject``, ``run``, ``fixes``, ``matrix``, ``mystery``)
 - ``nanlab.debug``       finding the cause: ``locate`` replays the first bad step, ``diagnose``
-  runs the SOP (``trace``, ``locate``, ``diagnose``, ``runs``)
+  runs the SOP, probes and LR sensitivity (``trace``, ``locate``, ``diagnose``, ``runs``,
+  ``probes``, ``sensitivity``)
 - ``nanlab.guard``       stop / skip / recover around the optimizer step, the spike detector,
   one decision on every data-parallel rank, spike rules scored (``guard``, ``spikes``,
   ``agree``, ``detectors``, ``corpus``)

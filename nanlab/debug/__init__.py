@@ -4,6 +4,8 @@
 - ``locate``:   the first module, pass and tensor that went non-finite, by exact replay
 - ``diagnose``: the SOP automated, each step a controlled replay, the fix proven
 - ``runs``:     a saved run folder read back, ready to replay
+- ``probes``:   max attention logit, attention entropy, output log Z, update-to-weight ratio
+- ``sensitivity``: LR sensitivity over an LR sweep (Wortsman et al. 2023), a table per run
 
 >>> from nanlab.debug import diagnose, locate
 >>> callable(diagnose) and callable(locate)
@@ -12,6 +14,9 @@ True
 
 from nanlab.debug.diagnose import Diagnosis, Finding, diagnose
 from nanlab.debug.locate import Location, locate
+from nanlab.debug.probes import ModelProbe
 from nanlab.debug.runs import load_run
+from nanlab.debug.sensitivity import lr_sensitivity, lr_sweep
 
-__all__ = ["Diagnosis", "Finding", "Location", "diagnose", "load_run", "locate"]
+__all__ = ["Diagnosis", "Finding", "Location", "ModelProbe", "diagnose", "load_run", "locate",
+           "lr_sensitivity", "lr_sweep"]

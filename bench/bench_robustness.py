@@ -8,6 +8,7 @@ steps, the run stopped once poisoned. The labs pin one thread
 (``nanlab.course.checks.start_lab``), so they are exact on CPU either way.
 
 Run:  .venv/bin/python bench/bench_robustness.py  [--faults deep_explosion high_lr]
+      [--threads 1 2]   (set OMP_NUM_THREADS to the largest count too, so the pool exists)
 The last line is JSON, to quote. Asserts nothing.
 """
 
@@ -39,18 +40,19 @@ def failing_step(name: str) -> int | float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--faults", nargs="*", default=sorted(faults.FAULTS))
+    parser.add_argument("--threads", nargs="+", type=int, default=list(THREADS))
     args = parser.parse_args()
     table = {}
     for name in args.faults:
         steps = []
-        for n in THREADS:
+        for n in args.threads:
             torch.set_num_threads(n)
             steps.append(failing_step(name))
         table[name] = steps
         known = [s for s in steps if s is not None]
         verdict = ("never fails" if not known else "same step" if len(set(steps)) == 1
                    else "ON THE EDGE" if None in steps else f"moves by {max(known) - min(known)}")
-        print(f"{name:18} threads {THREADS}: {steps}  {verdict}", flush=True)
+        print(f"{name:18} threads {tuple(args.threads)}: {steps}  {verdict}", flush=True)
     print(json.dumps(table))
 
 

@@ -54,9 +54,10 @@ class Claim:
 FOUND = {
     "C1": "deep_explosion: the global grad norm climbs from about 1 to inf (step 78); "
           "AdamW's exp_avg_sq overflows with it; the loss itself is NaN only at step 119.",
-    "C2": "A 10x LR for one step spikes the loss one step later and it recovers in about "
-          "40 steps; AdamW at 0.1 diverges and stays finite; no warmup at 0.02 never learns; "
-          "warmup + cosine cures it.",
+    "C2": "A 10x LR for one step spikes the loss one step later and it recovers within "
+          "20-80 steps; AdamW at 0.1 stalls finite far above the clean loss, its grad norm "
+          "below the clean run's; at LR 0.02 no warmup never learns with beta2 0.95 or "
+          "0.99, and 20 warmup steps cure it with either: warmup is the knob, not beta2.",
     "C3": "One NaN feature at step 40: NaN loss at 40, every weight NaN after its update; a "
           "zero std gives 0 / 0; an illegal label crashes loudly (IndexError) on one "
           "device (Megatron-LM's vocab-parallel loss would mask it silently).",
@@ -91,8 +92,11 @@ FOUND = {
           "module, pass, op and tensor (0.26-0.53 s).",
     "M5": "validate_data cures all four dirty-data faults; LR / 10, AMP off and clipping "
           "cure none of them.",
-    "M6": "Clipping cures nothing here with AdamW (its update ignores a common gradient "
-          "scale); the GradScaler cures gradient underflow, not an LR-driven overflow.",
+    "M6": "Clipping at 1.0 tames one outlier gradient: SGD's 100x update is cut below 2x; "
+          "AdamW's outlier update is larger than usual (more with beta2 0.999) and shrinks "
+          "the next hundred, clipped it is ordinary; clipping every step does not cure "
+          "AdamW at 0.1. The GradScaler cures underflow (without it over a quarter of "
+          "the fp16 run's own logit gradient is 0), not an LR-driven overflow.",
     "M7": "Without LayerNorm, He init starts at loss 1.3e4 (grad norm 4e6) and 0.02 normal "
           "at grad norm 0.04; with LayerNorm all three train.",
     "M8": "A forward-hook recorder shows bad_init's activations growing block by block "
@@ -100,7 +104,7 @@ FOUND = {
     "M9": "Guard('stop') ends the run at the first non-finite step for about 1 % step time.",
     "M10": "Rollback + batch skip + LR / 10 only when the failure comes back (PaLM's "
            "recipe plus the article's); on a one-step LR glitch it does worse than "
-           "leaving the spike alone.",
+           "leaving the spike alone, at each of seeds 0-2.",
     "M11": "AdamW learns the toy fastest, ahead of NAdam and SGD; a pretrained start hit by "
            "a high LR jumps higher than a random one (0.60 to 6.6) but ends lower.",
     "M12": "The manifest holds config, seed, fault, fixes, versions, git commit, device "

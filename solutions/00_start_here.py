@@ -412,10 +412,12 @@ cases = [[3.0, 2.0, nan, nan], [3.0, inf, nan], [1.0, -inf], [3.0, 2.0, 1.0], []
          run.losses()]
 check("first_bad_step", lambda: [first_bad_step(c) for c in cases],
       [2, 1, 1, None, None, None], hints=[
-          "math.isfinite(x) is False for NaN, inf and -inf alike.",
-          "Do not test `loss == float('nan')`: NaN is never equal to anything.",
-          "Loop with enumerate and return the index at the first non-finite value; "
-          "return None after the loop.",
+          "A bad loss is NaN, +inf or -inf: you want the index of the first loss that is not "
+          "an ordinary finite number, or None when there is none.",
+          "math.isfinite is False for all three kinds at once; an equality test cannot find "
+          "NaN, which equals nothing, not even itself.",
+          "for i, loss in enumerate(losses): if not math.isfinite(loss): return i  (and after "
+          "the loop: return None)",
       ])
 
 # %% [markdown]

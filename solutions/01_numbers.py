@@ -225,9 +225,11 @@ def classify(t):
 
 actual = {name: classify(f()) for name, f in EXPRESSIONS.items()}
 check("my_predictions", my_predictions, actual, locked=True, hints=[
-    "Two infinities, or a zero and an infinity, have no meaningful result: NaN.",
-    "A non-zero number divided by 0 is inf with the sign of the number; log(0) = -inf.",
-    "exp(-inf) is exactly 0, an ordinary finite number.",
+    "Two infinities that cancel, or a zero meeting an infinity, have no meaningful value: NaN.",
+    "IEEE 754's rules, as the text above gives them: a non-zero number over zero is an "
+    "infinity with that number's sign, the log of zero is minus infinity, and the exponential "
+    "of minus infinity is exactly zero, an ordinary finite number.",
+    "After committing, test one rule yourself: classify(EXPRESSIONS[\"0 * inf\"]())",
 ])
 
 # %% [markdown]
@@ -264,8 +266,12 @@ def is_finite_report(t: torch.Tensor) -> dict:
 sample = torch.tensor([1.0, float("inf"), -float("inf"), float("nan"), 0.0, -2.5])
 check("is_finite_report", lambda: is_finite_report(sample),
       {"finite": 3, "inf": 2, "nan": 1}, hints=[
-          "torch.isfinite, torch.isinf and torch.isnan each return a boolean mask.",
-          "mask.sum() counts the True entries; int(...) makes it a plain number.",
+          "Every entry is exactly one of three kinds: finite, an infinity of either sign, or "
+          "NaN; count each kind.",
+          "torch.isfinite, torch.isinf and torch.isnan each return a boolean mask; the sum of "
+          "a mask counts its True entries, and int turns it into a plain number.",
+          "{\"finite\": int(torch.isfinite(t).sum()), \"inf\": int(torch.isinf(t).sum()), \"nan\": "
+          "int(torch.isnan(t).sum())}",
       ])
 
 # %% [markdown]
@@ -298,8 +304,11 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 check("exp_overflow_threshold",
       lambda: [round(float(exp_overflow_threshold(d)), 2) for d in DTYPES],
       [88.72, 11.09, 88.72], hints=[
-          "exp(x) = max exactly when x = ln(max).",
-          "math.log(torch.finfo(dtype).max)",
+          "The exponential overflows once its result passes the format's largest finite value,"
+          " so the threshold is the natural log of that largest value.",
+          "torch.finfo describes a float format; its max field is the largest finite value; "
+          "math.log takes the natural log.",
+          "return math.log(torch.finfo(dtype).max)",
       ])
 
 # %% [markdown]

@@ -416,10 +416,13 @@ def judge_validation(found):
 
 check("validate_batch", lambda: {c: validate_batch(b) for c, (b, _) in CASES.items()},
       test=judge_validation, hints=[
-          "torch.isfinite(t) is False for NaN, inf and -inf; (~mask).any() asks 'any bad?'",
-          "A target is kept when it is not IGNORE_INDEX; only kept targets must be in "
-          "[0, vocab_size).",
-          "'no target' means: not a single kept target in the whole batch.",
+          "Three checks, one per problem: non-finite inputs, labels outside the vocabulary "
+          "(masked ones do not count), and a batch with no target left at all.",
+          "torch.isfinite marks NaN and both infinities; IGNORE_INDEX marks a masked target, "
+          "which is never illegal; only the kept targets must lie from 0 to vocab_size - 1; "
+          "one message per problem, as the text above words them.",
+          "kept = batch.targets != IGNORE_INDEX; illegal = kept & ((batch.targets < 0) | "
+          "(batch.targets >= vocab_size)); no target when not kept.any()",
       ])
 
 
@@ -461,8 +464,13 @@ check("safe_standardize",
       lambda: [safe_standardize(normal), safe_standardize(stuck),
                safe_standardize(two_cols)],
       test=judge_standardize, hints=[
-          "mean and std over dim=(0, 1) with keepdim=True, so they broadcast per feature.",
-          "x.std(dim, keepdim=True, unbiased=False).clamp_min(eps)",
+          "A constant column has std 0, so standardising it is 0 / 0: keep the division, but "
+          "never divide by less than a small eps.",
+          "The statistics are per feature, over the batch and time dimensions 0 and 1, kept "
+          "with keepdim so they broadcast; clamp_min puts a floor under a tensor; use the "
+          "population std, unbiased False.",
+          "std = x.std(dim, keepdim=True, unbiased=False).clamp_min(eps); return (x - "
+          "x.mean(dim, keepdim=True)) / std",
       ])
 
 # %% [markdown]

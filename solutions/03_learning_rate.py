@@ -240,8 +240,12 @@ def measured(run):
 
 actual = dict(zip(STATEMENTS, [*measured(amp_off), *measured(div10)], strict=True))
 check("my_predictions", my_predictions, actual, locked=True, hints=[
-    "fp32 reaches 3.4e38: can an attention score of 1e5 overflow it?",
-    "Does fp32 make an update of the wrong size any smaller?",
+    "AMP off changes the range (fp32 reaches 3.4e38) but not the size of the updates; LR / 10 "
+    "changes the updates and keeps fp16.",
+    "Ask two questions of each replay: can an attention score of 1e5 still overflow, and are "
+    "the updates still far too large for the loss to settle near the clean run's?",
+    "After committing, the check cell's measured(amp_off) and measured(div10) compute each "
+    "statement from the runs.",
 ])
 
 # %% [markdown]
@@ -404,11 +408,14 @@ def judge_schedule(got):
 check("lr_at", lambda: [[lr_at(s, *case) for s in range(case[1] + 5)]
                         for case in SCHEDULES],
       test=judge_schedule, hints=[
-          "Two branches: step < warmup, and everything after.",
-          "Warmup: base_lr * (step + 1) / warmup. After: progress = (step - warmup) / "
-          "(total - warmup), then min(1.0, progress).",
-          "base_lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * "
-          "progress)))",
+          "Two phases: a linear warmup up to the base LR, then a cosine decay from the base LR"
+          " down to min_ratio times it, flat once total is reached.",
+          "Warmup counts steps from 1, so its first LR is not 0; the decay's progress runs "
+          "from 0 at the end of warmup to 1 at total and is capped at 1; math.cos and math.pi "
+          "give the half cosine.",
+          "if step < warmup: return base_lr * (step + 1) / warmup; progress = min(1.0, (step -"
+          " warmup) / (total - warmup)); return base_lr * (min_ratio + (1 - min_ratio) * 0.5 *"
+          " (1 + math.cos(math.pi * progress)))",
       ])
 
 # %% [markdown]
@@ -516,9 +523,14 @@ def judge_clip(got):
 check("clip_by_global_norm",
       lambda: {c: clip_by_global_norm(g, m) for c, (g, m) in CLIP_CASES.items()},
       test=judge_clip, hints=[
-          "The global norm is sqrt of the sum over all tensors of (g ** 2).sum().",
-          "coef = max_norm / (total + 1e-6); multiply every tensor by coef only if "
-          "coef < 1.",
+          "One norm for all gradients together, as if they were one long vector; every "
+          "gradient is scaled by the same factor, and only when that norm is above max_norm.",
+          "The global norm is the square root of the sum, over tensors, of each tensor's sum "
+          "of squares; the factor is max_norm over that norm plus 1e-6, as in "
+          "torch.nn.utils.clip_grad_norm_; return the norm too.",
+          "total = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads)); coef = "
+          "max_norm / (total + 1e-6); scaled = [g * coef for g in grads] if coef < 1 else "
+          "[g.clone() for g in grads]",
       ])
 
 

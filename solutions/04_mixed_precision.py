@@ -333,8 +333,15 @@ check("next_scale",
                "the run's recorded loss_scale column": my_scales(recorded, 2000)[:-1]},
       {"a real GradScaler, growth every 3": real_scales(FLAGS, 3),
        "the run's recorded loss_scale column": [float(s) for s in scale[1:]]},
-      hints=["An overflow: (scale * backoff, 0). A clean step: count + 1 first.",
-             "Grow only when the count reaches growth_interval, then reset it to 0."])
+      hints=[
+          "The scaler backs off at once when a step overflows and grows only after a long run "
+          "of clean steps.",
+          "An overflow multiplies the scale by backoff and resets the count of good steps; a "
+          "clean step adds one to the count first, and reaching growth_interval multiplies the"
+          " scale by growth and resets the count.",
+          "if found_inf: return scale * backoff, 0; good_steps += 1; return (scale * growth, "
+          "0) if good_steps == growth_interval else (scale, good_steps)",
+      ])
 
 # %% [markdown]
 # ### What the scaler is for: gradients that underflow
@@ -437,8 +444,12 @@ def judge_unscale(got):
 check("unscale_and_check",
       lambda: {c: unscale_and_check(g, s) for c, (g, s, _) in UNSCALE_CASES.items()},
       test=judge_unscale, hints=[
-          "[g / scale for g in grads]",
-          "torch.isfinite(t).all() is False when t holds any inf or NaN.",
+          "Divide the scale back out of every gradient, then ask whether any of them holds an "
+          "inf or NaN: if one does, the step must be skipped.",
+          "torch.isfinite on a tensor, then all on the result, is False when the tensor holds "
+          "any inf or NaN; Python's any combines the tensors.",
+          "unscaled = [g / scale for g in grads]; found_inf = any(not "
+          "bool(torch.isfinite(g).all()) for g in unscaled); return unscaled, found_inf",
       ])
 
 # %% [markdown]

@@ -200,10 +200,13 @@ def judge_grad_norms(got):
 
 check("layer_grad_norms", lambda: layer_grad_norms(step0_grads(deep)),
       test=judge_grad_norms, hints=[
-          "Loop over model.named_modules(); for each, collect p.grad for p in "
-          "module.parameters(recurse=False) when p.grad is not None.",
-          "Skip modules with no such gradients; the norm is "
-          "math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads)).",
+          "One number per module that owns parameters: the norm of its own gradients, not of "
+          "its children's.",
+          "model.named_modules walks every module with its name; a module's parameters with "
+          "recurse False are only its own; skip gradients that are None, and modules left with"
+          " none.",
+          "grads = [p.grad for p in module.parameters(recurse=False) if p.grad is not None]; "
+          "norms[name] = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))",
       ])
 
 # %% [markdown]
@@ -374,10 +377,15 @@ def check_lists(mine, want):
 check("block_absmax", lambda: {name: block_absmax(model, batch)
                                for name, (model, batch) in CASES.items()},
       test=judge_absmax, hints=[
-          "values = []; def hook(module, inputs, output): "
-          "values.append(float(output.abs().amax()))",
-          "handles = [b.register_forward_hook(hook) for b in model.blocks]; run the "
-          "model in try:, and in finally: call h.remove() for every handle.",
+          "Watch each block's output while the model runs once, without changing the model: a "
+          "forward hook sees it.",
+          "register_forward_hook on each of model.blocks returns a handle; remove every handle"
+          " afterwards, in a finally block, so the model is left as it was; no gradient is "
+          "needed.",
+          "def hook(module, inputs, output): "
+          "values.append(float(output.detach().abs().amax())); handles = "
+          "[b.register_forward_hook(hook) for b in model.blocks]; model(batch.tokens, "
+          "batch.features) under torch.no_grad(); h.remove() for each handle in finally",
       ])
 
 # %% [markdown]

@@ -157,8 +157,15 @@ def norm_test(outputs):
 check("safe_layer_norm",
       lambda: {eps: safe_layer_norm(ROWS.half(), eps) for eps in (1e-8, 1e-5)},
       test=norm_test,
-      hints=["x32 = x.float(); compute mean and var on x32, over dim -1 with keepdim=True.",
-             "var = ((x32 - mean) ** 2).mean(-1, keepdim=True); end with .to(x.dtype)."])
+      hints=[
+          "Compute the statistics in fp32, where the squares of fp16 values cannot overflow, "
+          "and give only the result back in the input's dtype.",
+          "Mean and variance over the last dimension, kept for broadcasting; eps goes inside "
+          "the square root; the tensor's to method casts back at the end.",
+          "x32 = x.float(); mean = x32.mean(-1, keepdim=True); var = ((x32 - mean) ** "
+          "2).mean(-1, keepdim=True); return ((x32 - mean) / torch.sqrt(var + "
+          "eps)).to(x.dtype)",
+      ])
 
 # %% [markdown]
 # ## 2. The `tiny_eps` fault: padding meets eps = 0
@@ -332,8 +339,13 @@ def softmax_test(got):
 
 
 check("stable_softmax", lambda: stable_softmax(LOGITS), test=softmax_test,
-      hints=["Subtract the row maximum: x.amax(-1, keepdim=True).",
-             "exp(-inf - max) is exp(-inf) = 0: masked entries need no special case."])
+      hints=[
+          "Softmax does not change when the same number is subtracted from a whole row: "
+          "subtract the row's largest value and no exponential can exceed 1.",
+          "amax over the last dimension, with keepdim, gives the row maxima; masked entries at"
+          " minus infinity then have an exponential of 0, with no special case.",
+          "e = torch.exp(x - x.amax(-1, keepdim=True)); return e / e.sum(-1, keepdim=True)",
+      ])
 
 
 # %% [markdown]
@@ -580,8 +592,14 @@ def z_test(got):
 
 
 check("z_loss_term", lambda: z_loss_term(Z_LOGITS, 1e-4), test=z_test,
-      hints=["torch.logsumexp(x, dim=-1) subtracts the max inside, like a stable softmax.",
-             "Cast to fp32 first (logits.float()), square, take the mean, times weight."])
+      hints=[
+          "The z-loss penalises log Z, the log of the softmax's normaliser, squared: it pulls "
+          "log Z towards 0.",
+          "torch.logsumexp computes log Z stably over the last dimension; compute it in fp32, "
+          "average its square over the positions, and multiply by the weight.",
+          "log_z = torch.logsumexp(logits.float(), dim=-1); return weight * (log_z ** "
+          "2).mean()",
+      ])
 
 # %% [markdown]
 # ## 6. Positions past 65504 (`position_overflow`)

@@ -288,9 +288,14 @@ def judge_stop_loss(trainer):
 
 
 check("stop_loss", try_stop_loss, test=judge_stop_loss, hints=[
-    "Return early when info.finite is True.",
-    "Three assignments on a bad step: info.skip, trainer.stop_requested, "
-    "trainer.stop_reason (an f-string with info.step and info.loss_value).",
+    "Stop-loss acts only on a bad step: drop that step's update and ask the trainer to stop, "
+    "saying why.",
+    "The callback's info says whether the step is finite; on a bad one set its skip flag and "
+    "skip reason, and the trainer's stop request and stop reason, with the step, the loss and "
+    "the grad norm.",
+    "if info.finite: return; info.skip = True; info.skip_reason = \"stop-loss: non-finite "
+    "step\"; trainer.stop_requested = True; trainer.stop_reason = f\"stop-loss at step "
+    "{info.step}: loss {info.loss_value}, grad norm {info.grad_norm_value}\"",
 ])
 
 # %% [markdown]
@@ -463,8 +468,12 @@ ROLLBACK_CASES = [  # (checkpoints, step, trigger) -> expected
 check("rollback_target",
       lambda: [rollback_target(list(c), s, t) for (c, s, t), _ in ROLLBACK_CASES],
       [want for _, want in ROLLBACK_CASES], hints=[
-          "First work out the latest step you may go back to: step, or step - 1.",
-          "Then the largest checkpoint step <= that latest step; None if none.",
+          "Go back to the latest checkpoint that the bad update cannot have touched.",
+          "The trigger sets the latest safe step: for a non-finite step it is that step "
+          "itself, for a spike the step before it; then take the largest checkpoint step not "
+          "after it, or None.",
+          "latest = step if trigger == \"nonfinite\" else step - 1; good = [s for s in "
+          "checkpoints if s <= latest]; return good[-1] if good else None",
       ])
 
 # %% [markdown]
@@ -629,12 +638,15 @@ def judge_spikes(got):
 check("zscore_spikes",
       lambda: {c: zscore_spikes(v, **kw) for c, (v, kw) in SPIKE_CASES.items()},
       test=judge_spikes, hints=[
-          "Keep a list of the finite values seen so far; the window is its last "
-          "`window` items, taken before you append the new value.",
-          "Judge x first (seen >= warmup and len(window) >= 2), then append it, "
-          "spike or not.",
-          "z = (x - mean) / std with np.mean / np.std; std == 0: inf if x > mean "
-          "else 0.",
+          "A spike is a value far above the recent ones: judge each new value against a window"
+          " of the values before it, never against itself.",
+          "Skip non-finite values; judge only after warmup values and with at least two in the"
+          " window; z counts standard deviations above the window's mean (numpy's mean and "
+          "std); flag when z passes z_max and the value is also above the mean by more than "
+          "rtol.",
+          "recent = history[-window:]; z = (x - mean) / std if std > 0 else (math.inf if x > "
+          "mean else 0.0); flag if seen >= warmup and len(recent) >= 2 and z > z_max and x > "
+          "(1 + rtol) * mean; then history.append(x)",
       ])
 
 # %% [markdown]

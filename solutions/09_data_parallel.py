@@ -147,10 +147,12 @@ actual = dict(zip(STATEMENTS, [
     replicas_identical([g0["params"], g1["params"]]),
 ], strict=True))
 check("predict_ddp", my_predictions, actual, locked=True, hints=[
-    "DDP averages gradients, not losses: each rank's loss is computed on its own "
+    "DDP averages gradients across ranks, not losses: each rank's loss comes from its own "
     "shard.",
-    "What is (a finite number + NaN) / 2?",
-    "After the gradient all-reduce, does each rank apply the same update?",
+    "A NaN in one rank's gradient enters the average, and the average reaches every rank; a "
+    "spike detector deciding alone can skip a step on one rank only.",
+    "After committing, the check cell computes each statement, e.g. "
+    "math.isfinite(runs[\"nan\"][0][\"losses\"][6])",
 ])
 
 # %% [markdown]
@@ -336,9 +338,13 @@ check("weight_gap",
       lambda: [gap_of(name, lambda a, b: weight_gap(as_state_dict(a), as_state_dict(b)))
                for name in PAIRS],
       expected, hints=[
-          "For each key: (state_a[k] - state_b[k]).abs().max(), then the max of those.",
-          "Python's max() and NaN do not mix (max(nan, 1.0) is nan, max(1.0, nan) is "
-          "1.0): stack the per-tensor gaps and use torch's max, which propagates NaN.",
+          "The gap between two replicas is the largest absolute difference over every weight "
+          "of every tensor; a NaN anywhere must make the gap NaN.",
+          "Take one maximum per tensor, then the maximum of those; Python's built-in max keeps"
+          " or drops a NaN depending on the order, while torch's max over a stacked tensor "
+          "propagates it.",
+          "gaps = [(state_a[k] - state_b[k]).abs().max() for k in state_a]; return "
+          "float(torch.stack(gaps).max())",
       ])
 
 # %% [markdown]
@@ -433,9 +439,12 @@ def judge_agree(got):
 
 check("agree_flags", lambda: ([agree_flags(c) for c in CASES], replay(agree_flags)),
       test=judge_agree, hints=[
-          "MAX over 0/1 values is a logical OR: any(...) over the ranks, per flag.",
-          "Every rank gets the same tuple back: build it once, then repeat it "
-          "len(per_rank) times.",
+          "All ranks must take the same decision: a flag raised on any rank is raised on all, "
+          "as an all-reduce with MAX does.",
+          "MAX over values of 0 and 1 is a logical OR, flag by flag; every rank gets back the "
+          "same tuple.",
+          "agreed = tuple(any(flags[i] for flags in per_rank) for i in "
+          "range(len(per_rank[0]))); return [agreed for _ in per_rank]",
       ])
 
 # %% [markdown]

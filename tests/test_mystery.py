@@ -105,3 +105,30 @@ def test_hints_are_read_from_the_run_and_stay_true(runs):
 def test_make_refuses_to_overwrite_a_run(folder):
     with pytest.raises(NanlabError, match="already holds a run"):
         mystery.make(0, folder)
+
+
+def test_lab_mysteries_grade_a_bounded_number_of_times_and_hint_from_their_run():
+    from nanlab.course.mysteries import Mystery
+
+    families = {"data": "dirty data", "amp": "mixed precision (fp16)",
+                "lr": "learning rate", "grad_norms": "gradient explosion",
+                "init_eps": "init / eps"}
+    pool = ["nan_input", "tiny_eps"]
+    made = [Mystery(0, i, pool, families, {"steps": 45}) for i in (0, 1)]
+    by_fault = {m._fault: m for m in made}
+    assert set(by_fault) == set(pool)
+    data, eps = by_fault["nan_input"], by_fault["tiny_eps"]
+    assert data.run.record.manifest["fault"] == "(hidden)"
+    h_data, h_eps = data.hints(), eps.hints()
+    assert h_data[0] != h_eps[0] and h_data[2] != h_eps[2]
+    assert "step 40 " in h_data[0] and "step 0, before any optimizer update" in h_eps[0]
+    assert "locate(m.run.trainer, 40)" in h_data[2] and "data pass" in h_data[2]
+    assert "locate(m.run.trainer, 0)" in h_eps[2]
+    # three graded answers at most; a malformed one is not an attempt; never names the family
+    assert "answer with one of" in eps.grade("eps")
+    for wrong in ("dirty data", "learning rate", "gradient explosion"):
+        verdict = eps.grade(wrong)
+        assert verdict.startswith("not the family") and "init / eps" not in verdict
+    assert eps.grade("init / eps").startswith("no attempts left")
+    assert len(eps.attempts) == 3
+    assert data.grade("dirty data") is None

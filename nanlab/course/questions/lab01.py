@@ -11,7 +11,10 @@ QUESTIONS = [
         ["65504", "65536", "3.4e38", "32767"],
         answers=0,
         explanation="(2 - 2**-10) * 2**15 = 65504: 10 mantissa bits, largest exponent 15.",
-        hints=["torch.finfo(torch.float16).max", "65536 is 2**16: one step too far."],
+        hints=["A format's largest finite value has the largest exponent and every mantissa "
+               "bit set: a little under the next power of two.",
+               "65536 is two to the 16th: one step too far for fp16.",
+               "torch.finfo(torch.float16).max"],
     ),
     MultipleChoiceQuestion(
         "01-which-nan",

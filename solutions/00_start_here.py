@@ -427,8 +427,9 @@ check("first_bad_step", lambda: [first_bad_step(c) for c in cases],
 # whose gradient norm was not.
 #
 # **Practice questions.** Each widget has a **Check** button (feedback appears
-# below it) and a **Hint** button (one hint per click). Answers go to your
-# progress file too. There are four kinds; here is one of each.
+# below it: what is wrong, never the answer), a **Hint** button (one hint per click)
+# and **Show answer** (the answer also appears after three wrong tries). Answers go
+# to your progress file too. There are four kinds; here is one of each.
 #
 # *Multiple choice* (one answer, or tick boxes when several are right):
 

@@ -131,6 +131,9 @@ def test_a_wrong_try_is_not_handed_the_answer_until_the_third(qid, tmp_path, mon
                 assert picked or text not in fb, f"{qid}: try {attempt} names {text!r}"
             if shown.question.__class__.__name__ == "FreeTextQuestion":
                 assert shown.question.model_answer not in fb
+                for point in shown.question.key_points:  # a missing point: its hint only
+                    if getattr(point, "hint", ""):
+                        assert f"- {point.name}" not in fb, (qid, point.name)
     assert f"After {REVEAL_AFTER} tries" in shown.feedback_text()
 
 

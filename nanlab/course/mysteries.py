@@ -33,6 +33,10 @@ class Mystery:
 
     ``families`` maps an SOP step key (``"data"``, ``"amp"``, ...) to the family name a
     learner answers with. ``run`` holds the run arguments of ``faults.run_fault``.
+
+    >>> m = Mystery(26, 0, ["nan_input", "tiny_eps"], {"data": "dirty data",
+    ...             "init_eps": "init / eps"}, {"steps": 45})  # doctest: +SKIP
+    >>> m.grade("dirty data"), m.hints()[0]  # doctest: +SKIP
     """
 
     def __init__(self, seed: int, index: int, pool: Sequence[str],

@@ -452,8 +452,11 @@ class FreeTextQuestion:
         if not 0.0 < self.pass_score <= 1.0:
             raise QuizError(f"{self.qid}: pass_score={self.pass_score!r} must be in (0, 1]")
 
-    def grade(self, answer: str | None) -> Feedback:
+    def grade(self, answer: str | None, reveal: bool = True) -> Feedback:
         """Score the text; say which key points were found and which are missing; never raises.
+
+        ``reveal=False`` (a widget's first tries) words a missing point by its hint
+        (what to say something about), not by its name (what to say).
 
         >>> q = FreeTextQuestion("why-silent", "Why?", [("no error", ("no error",))])
         >>> q.grade(42).message
@@ -477,6 +480,8 @@ class FreeTextQuestion:
         result = score_answer(answer, points, tuple(self.must_not))
         if result.feedback:  # the rubric explains itself; show its lines as they are
             details = [line for line in result.feedback.splitlines() if line.strip()]
+            if not reveal:
+                details = [_hide_point(line, points) for line in details]
         else:
             details = [f"said: {name}" for name in result.present]
             details += [f"missing: {name}" for name in result.missing]
@@ -496,6 +501,14 @@ class FreeTextQuestion:
             return f"A model answer: {self.model_answer}"
         names = [p.name if hasattr(p, "name") else str(p[0]) for p in self.key_points]
         return "The key points: " + "; ".join(names) + "."
+
+
+def _hide_point(line: str, points: Sequence[Any]) -> str:
+    """A rubric line '- <point name>: <hint>' as '- <hint>': the name is the answer."""
+    for p in points:
+        if p.hint and line.strip() == f"- {p.name}: {p.hint}":
+            return f"- {p.hint}"
+    return line
 
 
 def _join(*parts: str) -> str:

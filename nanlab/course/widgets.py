@@ -263,7 +263,8 @@ class FreeText(QuestionWidget):
         super().__init__(q, [self.answer], lab)
 
     def _grade(self) -> Feedback:
-        return self.question.grade(self.answer.value)
+        reveal = self.wrong_tries + 1 >= REVEAL_AFTER or self.answer_shown
+        return self.question.grade(self.answer.value, reveal=reveal)
 
 
 _WIDGETS: dict[type, type[QuestionWidget]] = {

@@ -171,7 +171,11 @@ def grade(run_dir: str | Path, answer: str) -> str:
 
 
 def attempts(run_dir: str | Path) -> list[dict]:
-    """The graded answers recorded in a mystery folder, oldest first."""
+    """The graded answers recorded in a mystery folder, oldest first.
+
+    >>> attempts("runs/mystery-7")  # doctest: +SKIP
+    [{'time': '...', 'answer': 'lr', 'verdict': 'right'}]
+    """
     path = Path(run_dir) / ANSWERS
     if not path.exists():
         return []
@@ -228,7 +232,11 @@ def run_hints(record: RunRecord, error: str | None = None,
 
 def grad_decades(record: RunRecord, until: int | None) -> float | None:
     """Orders of magnitude the global grad norm grew before step ``until`` (None: too
-    little finite history, under 5 steps)."""
+    little finite history, under 5 steps).
+
+    >>> grad_decades(RunRecord.load("runs/mystery-7"), 40)  # doctest: +SKIP
+    0.4
+    """
     g = record.column("grad_norm")[:until]
     g = g[np.isfinite(g) & (g > 0)]
     if len(g) < 5:
@@ -268,7 +276,11 @@ def _where_hint(record: RunRecord, bad: int | None) -> str:
 
 
 def hints(run_dir: str | Path) -> list[str]:
-    """:func:`run_hints` for a mystery run folder."""
+    """:func:`run_hints` for a mystery run folder (``nanlab mystery hint``).
+
+    >>> hints("runs/mystery-7")[1]  # doctest: +SKIP
+    'The global grad norm grew 1.3 orders of magnitude over the run: ...'
+    """
     record = RunRecord.load(run_dir)
     error, error_step = record.crash
     return run_hints(record, error, error_step)

@@ -65,7 +65,11 @@ def question(qid: str) -> Any:
 
 
 def lab_of(qid: str) -> str:
-    """The lab (notebook name) a question belongs to; progress is recorded under it."""
+    """The lab (notebook name) a question belongs to; progress is recorded under it.
+
+    >>> lab_of("07-step-zero")
+    '07_sop_mystery'
+    """
     question(qid)  # a clear error for an unknown id
     return _store()[qid][0]
 

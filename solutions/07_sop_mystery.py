@@ -133,9 +133,12 @@ CASES = [[3.4, 2.1, 1.0], [3.4, float("nan"), 2.0], [3.4, float("inf"), float("n
          np.array([3.4, 2.0, -np.inf]), record.losses()]
 check("first_bad_step", lambda: [first_bad_step(c) for c in CASES],
       [None, 1, 1, 2, record.first_nonfinite_step], hints=[
-          "math.isfinite(x) is False for NaN, inf and -inf alike.",
-          "Loop with enumerate and return the index of the first one that is not "
-          "finite; after the loop, return None.",
+          "A bad loss is NaN, +inf or -inf: you want the index of the first loss that is not "
+          "an ordinary finite number, or None when there is none.",
+          "math.isfinite is False for all three kinds at once; the losses may be a NumPy "
+          "array, so turn each item into a Python float first.",
+          "for i, loss in enumerate(losses): if not math.isfinite(float(loss)): return i  (and"
+          " after the loop: return None)",
       ])
 
 # %% [markdown]
@@ -394,9 +397,14 @@ SOP_CASES = [
 ]
 check("sop_family", lambda: [sop_family(**f) for f, _ in SOP_CASES],
       [want for _, want in SOP_CASES], hints=[
-          "Check the steps in the order of FAMILY; return as soon as one explains it.",
-          "A replay dict explains it only if both 'finite' and 'learning' are True; "
-          "None means the step was not run.",
+          "The SOP stops at the first step, in its order, that explains the failure: data, AMP"
+          " off, LR / 10, grad norms, init and eps.",
+          "A replay explains it only when it is both finite and learning, and None means the "
+          "step was not run; the grad norm explains it from 3 orders of magnitude of growth; "
+          "any batch problem or init note explains it at once.",
+          "if batch_problems: return \"dirty data\"; if amp_off is not None and "
+          "amp_off[\"finite\"] and amp_off[\"learning\"]: return \"mixed precision (fp16)\"; the "
+          "same for lr_div10, then grad_decades >= 3, then init_notes; else return \"not found\"",
       ])
 
 # %% [markdown]

@@ -409,8 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     loc.add_argument("--json", action="store_true")
     loc.set_defaults(func=cmd_locate)
 
-    mys = sub.add_parser("mystery", help="make, reveal or grade a run with a hidden fault")
-    mys.add_argument("action", choices=("make", "reveal", "grade"))
+    mys = sub.add_parser("mystery", help="make, reveal, grade or hint a run with a hidden fault")
+    mys.add_argument("action", choices=("make", "reveal", "grade", "hint"))
     mys.add_argument("run_dir", help="the mystery's run folder")
     mys.add_argument("answer", nargs="?", default="", help="grade: a fault or SOP step")
     mys.add_argument("--seed", type=_int_arg("seed", 0, SEED_MAX), default=0,
@@ -439,13 +439,14 @@ def cmd_diagnose(args) -> int:
 
 
 def cmd_mystery(args) -> int:
-    """``nanlab mystery make|reveal|grade RUN_DIR``: a run whose fault a learner must find.
+    """``nanlab mystery make|reveal|grade|hint RUN_DIR``: a run whose fault a learner must find.
 
     Example::
 
         nanlab mystery make runs/mystery-7 --seed 7    # hand the folder to a learner
         nanlab diagnose runs/mystery-7                 # what the learner may run
-        nanlab mystery grade runs/mystery-7 lr         # a fault name or an SOP step
+        nanlab mystery hint runs/mystery-7             # hints read from the run itself
+        nanlab mystery grade runs/mystery-7 lr         # a fault name or an SOP step (3 tries)
         nanlab mystery reveal runs/mystery-7
 
     ``make`` exits 0 once the mystery is written, whatever its run did (the run is meant to
@@ -468,6 +469,9 @@ def cmd_mystery(args) -> int:
         truth = mystery.reveal(args.run_dir)
         print(f"{truth['name']}: {truth['summary']}")
         print(f"revealed by SOP step {truth['sop_step']}; cure: {truth['cure']}")
+    elif args.action == "hint":
+        for i, text in enumerate(mystery.hints(args.run_dir), 1):
+            print(f"hint {i}: {text}")
     else:
         print(mystery.grade(args.run_dir, args.answer))
     return 0

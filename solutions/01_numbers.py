@@ -217,6 +217,14 @@ def my_predictions():
     ### END SOLUTION
 
 
+# %% [markdown]
+# Commit your prediction before the arithmetic runs: the first one you commit is the one graded.
+
+# %%
+from nanlab.course import predict
+
+predict("my_predictions", my_predictions)
+
 # %% tags=["nbval-check-output"]
 def classify(t):
     v = float(t)
@@ -226,10 +234,12 @@ def classify(t):
 
 
 actual = {name: classify(f()) for name, f in EXPRESSIONS.items()}
-check("my_predictions", my_predictions, actual, hints=[
-    "Two infinities, or a zero and an infinity, have no meaningful result: NaN.",
-    "A non-zero number divided by 0 is inf with the sign of the number; log(0) = -inf.",
-    "exp(-inf) is exactly 0, an ordinary finite number.",
+check("my_predictions", my_predictions, actual, locked=True, hints=[
+    "Two infinities that cancel, or a zero meeting an infinity, have no meaningful value: NaN.",
+    "IEEE 754's rules, as the text above gives them: a non-zero number over zero is an "
+    "infinity with that number's sign, the log of zero is minus infinity, and the exponential "
+    "of minus infinity is exactly zero, an ordinary finite number.",
+    "After committing, test one rule yourself: classify(EXPRESSIONS[\"0 * inf\"]())",
 ])
 
 # %% [markdown]
@@ -266,8 +276,12 @@ def is_finite_report(t: torch.Tensor) -> dict:
 sample = torch.tensor([1.0, float("inf"), -float("inf"), float("nan"), 0.0, -2.5])
 check("is_finite_report", lambda: is_finite_report(sample),
       {"finite": 3, "inf": 2, "nan": 1}, hints=[
-          "torch.isfinite, torch.isinf and torch.isnan each return a boolean mask.",
-          "mask.sum() counts the True entries; int(...) makes it a plain number.",
+          "Every entry is exactly one of three kinds: finite, an infinity of either sign, or "
+          "NaN; count each kind.",
+          "torch.isfinite, torch.isinf and torch.isnan each return a boolean mask; the sum of "
+          "a mask counts its True entries, and int turns it into a plain number.",
+          "{\"finite\": int(torch.isfinite(t).sum()), \"inf\": int(torch.isinf(t).sum()), \"nan\": "
+          "int(torch.isnan(t).sum())}",
       ])
 
 # %% [markdown]
@@ -300,8 +314,11 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 check("exp_overflow_threshold",
       lambda: [round(float(exp_overflow_threshold(d)), 2) for d in DTYPES],
       [88.72, 11.09, 88.72], hints=[
-          "exp(x) = max exactly when x = ln(max).",
-          "math.log(torch.finfo(dtype).max)",
+          "The exponential overflows once its result passes the format's largest finite value,"
+          " so the threshold is the natural log of that largest value.",
+          "torch.finfo describes a float format; its max field is the largest finite value; "
+          "math.log takes the natural log.",
+          "return math.log(torch.finfo(dtype).max)",
       ])
 
 # %% [markdown]
@@ -410,73 +427,21 @@ print(message[:160])  # the wording depends on the platform
 # saved to your progress file.
 
 # %%
-from nanlab.course import FreeText, MultipleChoice
+from nanlab.course import practice
 
-MultipleChoice(
-    "01-fp16-max",
-    "What is the largest finite float16 value?",
-    ["65504", "65536", "3.4e38", "32767"],
-    answers=0,
-    explanation="(2 - 2**-10) * 2**15 = 65504: 10 mantissa bits, largest exponent 15.",
-    hints=["torch.finfo(torch.float16).max", "65536 is 2**16: one step too far."],
-)
+practice("01-fp16-max")
 
 # %%
-MultipleChoice(
-    "01-which-nan",
-    "Which of these give NaN? (pick all)",
-    ["inf - inf", "0 * inf", "1 / 0", "0 / 0", "log(0)", "sqrt(-1)"],
-    answers=[0, 1, 3, 5],
-    explanation="NaN appears when there is no meaningful answer; 1/0 and log(0) "
-    "have one: an infinity.",
-    hints=["Two of the six give an infinity, not NaN."],
-)
+practice("01-which-nan")
 
 # %%
-MultipleChoice(
-    "01-predict-square",
-    "Predict the output of `torch.tensor(300.).half() ** 2`.",
-    ["tensor(90000., dtype=torch.float16)", "tensor(inf, dtype=torch.float16)",
-     "tensor(nan, dtype=torch.float16)", "OverflowError"],
-    answers=1,
-    explanation="90000 > 65504, so the result rounds to inf, without any error.",
-    hints=["Compare 90000 with torch.finfo(torch.float16).max."],
-)
+practice("01-predict-square")
 
 # %%
-MultipleChoice(
-    "01-bf16-why",
-    "Why does bfloat16 training usually work without a loss scaler?",
-    ["It has 8 exponent bits: the same range as float32",
-     "It has more mantissa bits than float16",
-     "PyTorch computes bfloat16 in float32 behind the scenes",
-     "Its gradients are clipped automatically"],
-    answers=0,
-    explanation="Range comes from the exponent; bfloat16 trades precision (7 mantissa "
-    "bits) for float32's range, so small gradients do not underflow.",
-    hints=["Which part of a float sets its range?"],
-)
+practice("01-bf16-why")
 
 # %%
-FreeText(
-    "01-nan-vs-oom",
-    "In two sentences: why is a NaN loss more dangerous than an out-of-memory error?",
-    key_points=[
-        ("silent: no error is raised", ("no error", "no exception", "silent",
-                                        "without error", "does not crash",
-                                        "doesn't crash", "keeps running",
-                                        "keeps training", "不报错", "静默")),
-        ("it spreads to the weights", ("weight", "parameter", "spread", "propagate",
-                                       "contaminate", "poison", "权重")),
-        ("found late: compute wasted", ("waste", "hours", "days", "late",
-                                        "unnoticed", "notice", "compute", "浪费")),
-    ],
-    model_answer="An OOM raises an error at once, but a NaN raises nothing: training "
-    "keeps running while the NaN spreads into every weight, so the run is wasted "
-    "and you may notice only hours later.",
-    hints=["What happens in the program when each one occurs?",
-           "Where did the NaN end up after one optimizer step in section 6?"],
-)
+practice("01-nan-vs-oom")
 
 # %% [markdown]
 # ## Summary

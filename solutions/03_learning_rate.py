@@ -223,6 +223,14 @@ def my_predictions():
 
 
 # %% [markdown]
+# Commit your prediction before the replays run: the first one you commit is the one graded.
+
+# %%
+from nanlab.course import predict
+
+predict("my_predictions", my_predictions)
+
+# %% [markdown]
 # `fixes=` applies nanlab's cures (`nanlab.faults.fixes`): `amp_off` trains in fp32;
 # `lr_div10` divides the LR by 10 and keeps fp16 and the GradScaler.
 
@@ -244,9 +252,13 @@ def measured(run):
 
 
 actual = dict(zip(STATEMENTS, [*measured(amp_off), *measured(div10)], strict=True))
-check("my_predictions", my_predictions, actual, hints=[
-    "fp32 reaches 3.4e38: can an attention score of 1e5 overflow it?",
-    "Does fp32 make an update of the wrong size any smaller?",
+check("my_predictions", my_predictions, actual, locked=True, hints=[
+    "AMP off changes the range (fp32 reaches 3.4e38) but not the size of the updates; LR / 10 "
+    "changes the updates and keeps fp16.",
+    "Ask two questions of each replay: can an attention score of 1e5 still overflow, and are "
+    "the updates still far too large for the loss to settle near the clean run's?",
+    "After committing, the check cell's measured(amp_off) and measured(div10) compute each "
+    "statement from the runs.",
 ])
 
 # %% [markdown]
@@ -409,11 +421,14 @@ def judge_schedule(got):
 check("lr_at", lambda: [[lr_at(s, *case) for s in range(case[1] + 5)]
                         for case in SCHEDULES],
       test=judge_schedule, hints=[
-          "Two branches: step < warmup, and everything after.",
-          "Warmup: base_lr * (step + 1) / warmup. After: progress = (step - warmup) / "
-          "(total - warmup), then min(1.0, progress).",
-          "base_lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * "
-          "progress)))",
+          "Two phases: a linear warmup up to the base LR, then a cosine decay from the base LR"
+          " down to min_ratio times it, flat once total is reached.",
+          "Warmup counts steps from 1, so its first LR is not 0; the decay's progress runs "
+          "from 0 at the end of warmup to 1 at total and is capped at 1; math.cos and math.pi "
+          "give the half cosine.",
+          "if step < warmup: return base_lr * (step + 1) / warmup; progress = min(1.0, (step -"
+          " warmup) / (total - warmup)); return base_lr * (min_ratio + (1 - min_ratio) * 0.5 *"
+          " (1 + math.cos(math.pi * progress)))",
       ])
 
 # %% [markdown]
@@ -552,9 +567,14 @@ def judge_clip(got):
 check("clip_by_global_norm",
       lambda: {c: clip_by_global_norm(g, m) for c, (g, m) in CLIP_CASES.items()},
       test=judge_clip, hints=[
-          "The global norm is sqrt of the sum over all tensors of (g ** 2).sum().",
-          "coef = max_norm / (total + 1e-6); multiply every tensor by coef only if "
-          "coef < 1.",
+          "One norm for all gradients together, as if they were one long vector; every "
+          "gradient is scaled by the same factor, and only when that norm is above max_norm.",
+          "The global norm is the square root of the sum, over tensors, of each tensor's sum "
+          "of squares; the factor is max_norm over that norm plus 1e-6, as in "
+          "torch.nn.utils.clip_grad_norm_; return the norm too.",
+          "total = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads)); coef = "
+          "max_norm / (total + 1e-6); scaled = [g * coef for g in grads] if coef < 1 else "
+          "[g.clone() for g in grads]",
       ])
 
 
@@ -747,94 +767,18 @@ fig = plot_loss(recovered.record, title="lr_jump with Guard('recover', spike='re
 # Answer, then press **Check**; **Hint** reveals one hint at a time.
 
 # %%
-from nanlab.course import FreeText, KeyPoint, MultipleChoice, RootCause
+from nanlab.course import practice
 
-MultipleChoice(
-    "03-which-update",
-    "The loss is normal at step 5,000 and spikes at step 5,001. Which optimizer "
-    "update do you inspect first?",
-    ["the update of step 5,000", "the update of step 5,001",
-     "the update at the last checkpoint", "the first update after warmup"],
-    answers=0,
-    explanation="The loss of step t is computed before update t, so it shows the "
-    "updates up to t - 1. Look at step 5,000's LR, grad norm and batch.",
-    hints=["Is the loss of a step computed before or after that step's update?"],
-)
+practice("03-which-update")
 
 # %%
-MultipleChoice(
-    "03-clip-adamw",
-    "AdamW, learning rate 10x too high, the loss diverges. Does adding "
-    "clip_grad_norm_(params, 1.0) fix it?",
-    ["No: Adam divides by the RMS of past gradients, so scaled-down gradients "
-     "give about the same update, about lr per weight",
-     "Yes: clipping bounds every update to lr * 1.0",
-     "Yes, but only in fp16",
-     "No: clipping only works on the loss, not the gradients"],
-    answers=0,
-    explanation="Clipping rescales the gradient; Adam's m / sqrt(v) is invariant to "
-    "a common rescaling. With SGD the answer would be different.",
-    hints=["Scale every gradient by 0.01: what happens to m / sqrt(v)?"],
-)
+practice("03-clip-adamw")
 
 # %%
-RootCause(
-    "03-mystery-fp16",
-    "Mystery: a Transformer trained in fp16 with a GradScaler goes NaN at step 26. "
-    "What is the root cause? Tick the evidence that supports it.",
-    ["dirty data", "learning rate too high", "fp16 overflow", "bad init",
-     "LayerNorm eps too small"],
-    answer="learning rate too high",
-    evidence=["the batch of step 26 is clean",
-              "with AMP off the loss stays finite but ends near 2.8 (clean: 0.02)",
-              "with LR / 10, still in fp16, the run trains normally",
-              "the first inf is an attention score",
-              "the loss scale halves at every step after 26",
-              "the loss at step 0 is about ln(vocab_size)"],
-    supporting=["with AMP off the loss stays finite but ends near 2.8 (clean: 0.02)",
-                "with LR / 10, still in fp16, the run trains normally"],
-    explanation="fp16 is where the divergence became visible (an attention score "
-    "past 65504), not why it happened: fp32 at the same LR diverges too, and LR / 10 "
-    "cures it without leaving fp16. The clean batch only rules out data; the inf "
-    "score and the halving scale describe the symptom, not the cause.",
-    hints=["Which change cured it, and which only removed the NaN?",
-           "Does an inf attention score tell you why the score grew?"],
-)
+practice("03-mystery-fp16")
 
 # %%
-FreeText(
-    "03-amp-off-not-proof",
-    "Interview: 'Our fp16 run went NaN; with AMP off the NaN is gone. So it was fp16 "
-    "overflow, right?' Answer in three or four sentences.",
-    key_points=[
-        KeyPoint("a hint, not proof",
-                 ("not proof", "not a proof", "hint", "not necessarily", "doesn't prove",
-                  "does not prove", "不一定", "不能证明", "线索"),
-                 "say whether the experiment proves the cause"),
-        KeyPoint("fp32 can hide a divergence: finite but not learning",
-                 ("diverge", "still high", "loss stays high", "finite but",
-                  "not learning", "doesn't learn", "发散", "不收敛"),
-                 "say what the loss does in fp32 when the LR is the cause"),
-        KeyPoint("control experiment: keep AMP, LR / 10",
-                 ("lr / 10", "lr/10", "divide the lr", "lower the lr",
-                  "lower learning rate", "reduce the learning rate", "learning rate",
-                  "降低学习率", "学习率"),
-                 "name the replay that separates LR from precision"),
-        KeyPoint("compare with the same seed at the same step",
-                 ("same seed", "same step", "clean run", "baseline", "相同种子",
-                  "同一步"),
-                 "say how you prove the fix"),
-    ],
-    model_answer="Not necessarily: the NaN going away without AMP is a hint that "
-    "fp16's range is involved, not proof it is the cause. A learning rate that is "
-    "too high makes the weights grow until something passes 65504 in fp16, while in "
-    "fp32 the same run stays finite but diverges, so I check whether the fp32 loss is "
-    "actually learning. Then I keep AMP on and divide the LR by 10: if that trains "
-    "normally, the LR was the cause. I prove it by rerunning with the same seed and "
-    "comparing the loss at the same step with a clean run.",
-    hints=["What does the fp32 run's loss do, not just whether it is NaN?",
-           "Which single change would separate the LR from the precision?"],
-)
+practice("03-amp-off-not-proof")
 
 # %% [markdown]
 # ## Summary

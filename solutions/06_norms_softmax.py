@@ -157,8 +157,15 @@ def norm_test(outputs):
 check("safe_layer_norm",
       lambda: {eps: safe_layer_norm(ROWS.half(), eps) for eps in (1e-8, 1e-5)},
       test=norm_test,
-      hints=["x32 = x.float(); compute mean and var on x32, over dim -1 with keepdim=True.",
-             "var = ((x32 - mean) ** 2).mean(-1, keepdim=True); end with .to(x.dtype)."])
+      hints=[
+          "Compute the statistics in fp32, where the squares of fp16 values cannot overflow, "
+          "and give only the result back in the input's dtype.",
+          "Mean and variance over the last dimension, kept for broadcasting; eps goes inside "
+          "the square root; the tensor's to method casts back at the end.",
+          "x32 = x.float(); mean = x32.mean(-1, keepdim=True); var = ((x32 - mean) ** "
+          "2).mean(-1, keepdim=True); return ((x32 - mean) / torch.sqrt(var + "
+          "eps)).to(x.dtype)",
+      ])
 
 # %% [markdown]
 # ### eps in backward: the gain through a norm
@@ -353,8 +360,13 @@ def softmax_test(got):
 
 
 check("stable_softmax", lambda: stable_softmax(LOGITS), test=softmax_test,
-      hints=["Subtract the row maximum: x.amax(-1, keepdim=True).",
-             "exp(-inf - max) is exp(-inf) = 0: masked entries need no special case."])
+      hints=[
+          "Softmax does not change when the same number is subtracted from a whole row: "
+          "subtract the row's largest value and no exponential can exceed 1.",
+          "amax over the last dimension, with keepdim, gives the row maxima; masked entries at"
+          " minus infinity then have an exponential of 0, with no special case.",
+          "e = torch.exp(x - x.amax(-1, keepdim=True)); return e / e.sum(-1, keepdim=True)",
+      ])
 
 
 # %% [markdown]
@@ -601,8 +613,14 @@ def z_test(got):
 
 
 check("z_loss_term", lambda: z_loss_term(Z_LOGITS, 1e-4), test=z_test,
-      hints=["torch.logsumexp(x, dim=-1) subtracts the max inside, like a stable softmax.",
-             "Cast to fp32 first (logits.float()), square, take the mean, times weight."])
+      hints=[
+          "The z-loss penalises log Z, the log of the softmax's normaliser, squared: it pulls "
+          "log Z towards 0.",
+          "torch.logsumexp computes log Z stably over the last dimension; compute it in fp32, "
+          "average its square over the positions, and multiply by the weight.",
+          "log_z = torch.logsumexp(logits.float(), dim=-1); return weight * (log_z ** "
+          "2).mean()",
+      ])
 
 # %% [markdown]
 # ## 6. Positions past 65504 (`position_overflow`)
@@ -718,114 +736,21 @@ print("NaN at 1e20 (x² = 1e40 overflows fp32):", nan(largest[1e20]))
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
 
 # %%
-from nanlab.course import FreeText, KeyPoint, MultipleChoice, Ordering, RootCause
+from nanlab.course import practice
 
-MultipleChoice(
-    "06-eps-fp16",
-    "A hand-written LayerNorm, (x - mean) / torch.sqrt(var + eps) with eps = 1e-8, runs "
-    "in a pure-fp16 model. A padding row of zeros comes in. What comes out?",
-    ["NaN: 1e-8 rounds to 0 in fp16, so it is 0 / sqrt(0)",
-     "zeros: eps keeps the denominator positive",
-     "inf: dividing by a tiny eps",
-     "zeros, because fp16 flushes the whole row to 0"],
-    answers=0,
-    explanation="fp16's smallest positive value is about 6e-8; 1e-8 becomes exactly 0. "
-    "F.layer_norm would give zeros: it computes the statistics in fp32.",
-    hints=["What is torch.tensor(1e-8, dtype=torch.float16)?"],
-)
+practice("06-eps-fp16")
 
 # %%
-MultipleChoice(
-    "06-attn-overflow-fixes",
-    "An fp16 model with a hand-written attention softmax goes NaN once an attention "
-    "score passes 11.09. Which changes remove the NaN? Tick all that apply.",
-    ["subtract the row max before exp (stable softmax)",
-     "QK-LayerNorm (normalise queries and keys)",
-     "z-loss with weight 1e-4",
-     "a GradScaler",
-     "bf16 instead of fp16"],
-    answers=[0, 1, 4],
-    explanation="The stable softmax removes the overflow from the arithmetic, QK-norm "
-    "keeps the scores small, bf16 moves exp's limit to 88.7. z-loss acts on the output "
-    "logits, not attention; the GradScaler only handles gradients, and the overflow "
-    "is in the forward pass (the run above had one).",
-    hints=["Which of these touches the attention scores or the exp that overflows?",
-           "Did the softmax_overflow run have a GradScaler?"],
-)
+practice("06-attn-overflow-fixes")
 
 # %%
-Ordering(
-    "06-inf-then-nan",
-    "Put the events of a naive-softmax overflow in fp16 in the order they happen.",
-    ["an attention score passes 11.09",
-     "exp(score) overflows to inf",
-     "exp / sum gives inf / inf = NaN",
-     "att @ v spreads the NaN to the later layers",
-     "the loss is NaN",
-     "the GradScaler finds NaN gradients and skips the update"],
-    explanation="Inf comes first, in the forward pass; one op later it is NaN; the "
-    "backward pass and the scaler only see the consequence.",
-    hints=["Which comes first, inf or NaN?"],
-)
+practice("06-inf-then-nan")
 
 # %%
-RootCause(
-    "06-mystery-padding",
-    "Mystery: a model with a LayerNorm right after the token embedding goes NaN at "
-    "step 0, in fp32. What is the root cause? Tick the evidence that supports it.",
-    ["dirty data", "learning rate too high", "fp16 overflow", "bad init",
-     "LayerNorm eps too small"],
-    answer="LayerNorm eps too small",
-    evidence=["batches without padding train normally",
-              "locate: first non-finite value in embed_norm, op native_layer_norm",
-              "the number of inf values equals the number of padding tokens",
-              "LR / 10 gives NaN at step 0 as well",
-              "the attention scores contain NaN",
-              "the loss at step 0 is NaN"],
-    supporting=["batches without padding train normally",
-                "locate: first non-finite value in embed_norm, op native_layer_norm",
-                "the number of inf values equals the number of padding tokens"],
-    explanation="A padding row of zeros has variance 0; with eps = 0 the norm computes "
-    "0 / 0. LR / 10 not helping rules the LR out but does not point anywhere; NaN "
-    "attention scores and a NaN loss are downstream symptoms. The data is legal: "
-    "padding is normal, the model must survive it.",
-    hints=["Which evidence names a place, and which only a symptom?",
-           "What is the variance of a row of zeros?"],
-)
+practice("06-mystery-padding")
 
 # %%
-FreeText(
-    "06-qk-norm-vs-z-loss",
-    "Interview: 'What do QK-LayerNorm and z-loss each protect against? Which would you "
-    "reach for if attention logits keep growing?' Answer in three or four sentences.",
-    key_points=[
-        KeyPoint("QK-norm normalises queries and keys, bounding the attention logits",
-                 ("normalise q", "normalize q", "queries and keys", "query and key",
-                  "q and k", "attention logit", "attention score", "bound"),
-                 "say what QK-LayerNorm normalises and what that bounds"),
-        KeyPoint("z-loss penalises log Z of the output softmax",
-                 ("log z", "logsumexp", "normaliser", "normalizer", "partition",
-                  "output logit", "output softmax"),
-                 "say what z-loss penalises"),
-        KeyPoint("z-loss does not act on attention",
-                 ("not attention", "output layer", "final layer", "lm head",
-                  "doesn't touch attention", "does not touch attention", "wrong tensor"),
-                 "say where z-loss acts, and where it does not"),
-        KeyPoint("a stable (max-subtracted) softmax / locate first",
-                 ("stable softmax", "subtract the max", "max-subtracted", "locate",
-                  "fused", "数值稳定"),
-                 "mention the arithmetic fix or finding where the overflow is"),
-    ],
-    model_answer="QK-LayerNorm normalises the queries and keys of each head before "
-    "their dot product, so the attention logits stay bounded even at a high learning "
-    "rate. z-loss adds a small penalty on log Z, the log of the output softmax's "
-    "normaliser, so the output logits cannot drift upwards; it does not act on "
-    "attention at all. For growing attention logits I would first locate the overflow "
-    "and make sure the softmax subtracts the max (or use the fused kernel), then add "
-    "QK-LayerNorm; z-loss is for the output layer.",
-    hints=["One of them acts inside attention, the other on the last layer.",
-           "What does each normalise or penalise?"],
-)
+practice("06-qk-norm-vs-z-loss")
 
 # %% [markdown]
 # ## Summary

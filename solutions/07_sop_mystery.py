@@ -41,14 +41,12 @@
 
 # %%
 import math
-import random
 
 import numpy as np
 
-from nanlab import faults
 from nanlab.course import check, start_lab
 from nanlab.debug import diagnose, locate
-from nanlab.faults import FaultRun, batch_problems, build_fault_trainer, get_fix, run_fault
+from nanlab.faults import batch_problems, run_fault
 from nanlab.judge import judge
 from nanlab.signals import final_loss
 from nanlab.train import TrainConfig
@@ -145,9 +143,12 @@ CASES = [[3.4, 2.1, 1.0], [3.4, float("nan"), 2.0], [3.4, float("inf"), float("n
          np.array([3.4, 2.0, -np.inf]), record.losses()]
 check("first_bad_step", lambda: [first_bad_step(c) for c in CASES],
       [None, 1, 1, 2, record.first_nonfinite_step], hints=[
-          "math.isfinite(x) is False for NaN, inf and -inf alike.",
-          "Loop with enumerate and return the index of the first one that is not "
-          "finite; after the loop, return None.",
+          "A bad loss is NaN, +inf or -inf: you want the index of the first loss that is not "
+          "an ordinary finite number, or None when there is none.",
+          "math.isfinite is False for all three kinds at once; the losses may be a NumPy "
+          "array, so turn each item into a Python float first.",
+          "for i, loss in enumerate(losses): if not math.isfinite(float(loss)): return i  (and"
+          " after the loop: return None)",
       ])
 
 # %% [markdown]
@@ -406,9 +407,14 @@ SOP_CASES = [
 ]
 check("sop_family", lambda: [sop_family(**f) for f, _ in SOP_CASES],
       [want for _, want in SOP_CASES], hints=[
-          "Check the steps in the order of FAMILY; return as soon as one explains it.",
-          "A replay dict explains it only if both 'finite' and 'learning' are True; "
-          "None means the step was not run.",
+          "The SOP stops at the first step, in its order, that explains the failure: data, AMP"
+          " off, LR / 10, grad norms, init and eps.",
+          "A replay explains it only when it is both finite and learning, and None means the "
+          "step was not run; the grad norm explains it from 3 orders of magnitude of growth; "
+          "any batch problem or init note explains it at once.",
+          "if batch_problems: return \"dirty data\"; if amp_off is not None and "
+          "amp_off[\"finite\"] and amp_off[\"learning\"]: return \"mixed precision (fp16)\"; the "
+          "same for lr_div10, then grad_decades >= 3, then init_notes; else return \"not found\"",
       ])
 
 # %% [markdown]
@@ -471,89 +477,32 @@ print("SOP steps and verdicts:", verdicts)
 # ## 3. Mystery runs
 # Now the fault is hidden, drawn from the list below by a generator seeded with
 # `MYSTERY_SEED` (the default gives everyone the same notebook). The manifest's fault
-# reads `"(hidden)"`, and the `Mystery` keeps the name to itself (do not print
-# `m._fault`: an incident has no answer key). Everything else is yours, controlled
+# reads `"(hidden)"`, and the `Mystery` keeps the name to itself (an incident has no
+# answer key). Each diagnosis is graded three times at most, and its hints (`hint(...)`
+# after a check) are read from the run itself. Everything else is yours, controlled
 # replays included: `m.replay("amp_off")`, `m.replay("lr_div10")`, ... (any fix of
 # `nanlab.faults.fixes`; one that changes nothing, such as AMP off on an fp32 run, is
 # refused). `m.diagnose()` (the automated SOP) is for checking yourself **after**
 # answering.
 
 # %%
+from nanlab.course.mysteries import Mystery
+
 MYSTERY_SEED = 26
 POOL = ["nan_input", "zero_std", "all_masked", "illegal_label", "high_lr", "high_lr_adam",
         "no_warmup", "fp16_overflow", "softmax_overflow", "position_overflow",
         "adam_eps_fp16", "tiny_eps", "bad_init"]  # deep_explosion, sigmoid_chain: slow
-EVIDENCE = {"data": "the batch of the first bad step fails the batch checks",
-            "amp": "the fp32 replay is finite and learning",
-            "lr": "the LR / 10 replay is finite and learning",
-            "grad_norms": "the grad norm grew 3+ orders of magnitude before the failure",
-            "init_eps": "a weight matrix starts too large, or a norm eps is below 1e-6",
-            "decoy": "the first loss is about ln(32) = 3.47, as in the clean run"}
-
-
-from nanlab.course import FreeText, MultipleChoice, Ordering, RootCause
-
-
-class Mystery:
-    """A run with a hidden fault: what you have the morning after an incident."""
-
-    def __init__(self, seed, index):
-        self._fault = random.Random(seed).sample(POOL, 2)[index]
-        self._family = FAMILY[faults.FAULTS[self._fault].reveals]
-        self.run = self._hide(run_fault(self._fault, stop_when_poisoned=True, **RUN))
-
-    @staticmethod
-    def _hide(fault_run):
-        fault_run.record.manifest["fault"] = "(hidden)"
-        return FaultRun(None, {}, fault_run.fixes, fault_run.record, fault_run.trainer,
-                        fault_run.error, fault_run.error_step)
-
-    def replay(self, *fixes):
-        """The same run (seed, data, steps) with nanlab fixes applied."""
-        for fix in fixes:
-            if not get_fix(fix).applies(self.run.trainer.config):
-                raise ValueError(f"{fix!r} changes nothing in this run (e.g. AMP off "
-                                 "on a run that is fp32 already): skip this SOP step")
-        return self._hide(run_fault(self._fault, fixes=list(fixes),
-                                    stop_when_poisoned=True, **RUN))
-
-    def diagnose(self):
-        """nanlab's automated SOP on this run (check yourself after answering)."""
-        return diagnose(self.run, build=lambda config: build_fault_trainer(
-            self._fault, config, {}))
-
-    def grade(self, answer):
-        if answer not in FAMILIES:
-            return f"answer with one of {FAMILIES}; got {answer!r}"
-        if answer != self._family:
-            return "that is not the family of this run's fault: go through the SOP again"
-        return None
-
-    def question(self, qid):
-        reveals = faults.FAULTS[self._fault].reveals
-        return RootCause(
-            qid, "Pick the family of this mystery run's fault, then tick the SOP finding "
-            "that names it (the first one, in SOP order, that explains the failure).",
-            FAMILIES, answer=self._family, evidence=list(EVIDENCE.values()),
-            supporting=[EVIDENCE[reveals]],
-            explanation=f"The SOP step that names it: {faults.SOP_STEPS[reveals]}. "
-            "m.diagnose() shows the full report.",
-            hints=["Is there a first bad step at all, and what happened at it?",
-                   "A replay counts only if the run is finite and learning."])
-
-    def __repr__(self):
-        return f"Mystery(fault hidden, {len(self.run.record.steps)} steps recorded)"
 
 
 # %% [markdown]
 # ### Mystery 1
-# What you have: the run, its loss curve, the changed config.
+# What you have: the run, its loss curve and its config (`m1.run.trainer.config`); no
+# diff from a known-good config is handed to you.
 
 # %%
-m1 = Mystery(MYSTERY_SEED, 0)
+m1 = Mystery(MYSTERY_SEED, 0, POOL, FAMILY, RUN)
 print(m1, "|", m1.run.record)
-print("config changed from the baseline:", config_changes(m1.run.record.manifest))
-print("crashed:", m1.run.error)
+print("crashed:", m1.run.error is not None)
 fig = plot_loss(m1.run.record, title="Mystery 1")
 
 
@@ -616,10 +565,7 @@ def my_diagnosis_1():
 
 
 # %% tags=["nbval-check-output"]
-check("my_diagnosis_1", my_diagnosis_1, test=m1.grade, hints=[
-    "Is there a first bad step (or a crash), and is its batch clean?",
-    "A NaN at step 0 happened before any update: the LR cannot have caused it.",
-])
+check("my_diagnosis_1", my_diagnosis_1, test=m1.grade, hints=m1.hints())
 
 # %% [markdown]
 # Now the evidence. (The widget's answer is the hidden fault's family, so it stays right
@@ -633,10 +579,9 @@ m1.question("07-mystery-1")
 # Same procedure, a different fault (the two draws never repeat a fault).
 
 # %%
-m2 = Mystery(MYSTERY_SEED, 1)
+m2 = Mystery(MYSTERY_SEED, 1, POOL, FAMILY, RUN)
 print(m2, "|", m2.run.record)
-print("config changed from the baseline:", config_changes(m2.run.record.manifest))
-print("crashed:", m2.run.error)
+print("crashed:", m2.run.error is not None)
 fig = plot_loss(m2.run.record, title="Mystery 2")
 
 # %%
@@ -658,10 +603,7 @@ def my_diagnosis_2():
 
 
 # %% tags=["nbval-check-output"]
-check("my_diagnosis_2", my_diagnosis_2, test=m2.grade, hints=[
-    "Did it go non-finite or crash, and at which step? Start with that step's batch.",
-    "Replays that remove the NaN without learning do not name the cause.",
-])
+check("my_diagnosis_2", my_diagnosis_2, test=m2.grade, hints=m2.hints())
 
 # %%
 m2.question("07-mystery-2")
@@ -674,94 +616,18 @@ m2.question("07-mystery-2")
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
 
 # %%
-Ordering(
-    "07-sop-actions",
-    "A run's loss went NaN overnight. Put the actions of the investigation in order.",
-    ["find the first non-finite step in the record",
-     "check the batch of that step",
-     "replay with AMP off (and with bf16)",
-     "replay with the LR divided by 10",
-     "read the grad-norm history before the failure",
-     "check the init scale and the norm eps",
-     "prove the fix: same seed, loss at the same step as the clean run"],
-    explanation="Find the step first (everything after it is consequence), then the "
-    "SOP from cheap to expensive: one batch, two one-line replays, a history to read, "
-    "the model's own numbers. The proof comes last, as a replay anyone can rerun. "
-    "locate goes with the first two: it replays that step and shows the data pass.",
-    hints=["The first action needs no new run: only the record.",
-           "Config switches you flip in one line come before reading histories."],
-)
+from nanlab.course import practice
+
+practice("07-sop-actions")
 
 # %%
-MultipleChoice(
-    "07-step-zero",
-    "A run's very first loss (step 0) is already NaN. Which SOP step can you skip, "
-    "because it cannot be the cause?",
-    ["LR / 10: no optimizer update has happened before the first loss",
-     "checking the batch of step 0",
-     "turning AMP off",
-     "checking the init scale and the norm eps"],
-    answers=0,
-    explanation="The loss of step 0 is computed from the initial weights and the first "
-    "batch, before any update: the learning rate has touched nothing yet. The data, the "
-    "precision and the init all act in that first forward pass.",
-    hints=["Is the loss of a step computed before or after that step's update?"],
-)
+practice("07-step-zero")
 
 # %%
-MultipleChoice(
-    "07-finite-not-cured",
-    "In section 1e the LR / 10 replay of the fp16_overflow run had no NaN in 120 "
-    "steps. Why is LR / 10 still not the answer?",
-    ["its loss stayed far above the clean run's: it removed the NaN by learning more "
-     "slowly, which only postpones the overflow",
-     "lowering the LR never helps a run in fp16",
-     "replays with a different LR are not deterministic",
-     "the SOP forbids running step 3 when step 2 was healthy"],
-    answers=0,
-    explanation="A replay counts when the run is finite and learning. Slower learning "
-    "keeps the logits small for longer, so exp(logit) overflows later, not never.",
-    hints=["Compare the final losses of the replays, not only their NaN counts."],
-)
+practice("07-finite-not-cured")
 
 # %%
-from nanlab.course import KeyPoint
-
-FreeText(
-    "07-incident-report",
-    "Write the incident report for the fp16_overflow run of section 1, in four or five "
-    "sentences: the root cause, the evidence, what you ruled out, the fix and how you "
-    "proved it.",
-    key_points=[
-        KeyPoint("the cause: a hand-written exp / softmax overflowing fp16",
-                 ("hand-written", "naive", "exp", "65504", "overflow", "溢出"),
-                 "name what overflowed, and where"),
-        KeyPoint("the evidence: the exact replay of the first bad step",
-                 ("locate", "replay", "inf before nan", "inf first", "复现", "重放"),
-                 "say how you found where the first inf was made"),
-        KeyPoint("ruled out: the data, and the LR",
-                 ("batch is clean", "clean batch", "data", "lr / 10", "lr/10",
-                  "learning rate", "数据", "学习率"),
-                 "say which SOP steps you ruled out"),
-        KeyPoint("the fix: bf16 or a stable loss",
-                 ("bf16", "f.cross_entropy", "cross_entropy", "subtract the max",
-                  "stable"),
-                 "name the fix"),
-        KeyPoint("the proof: same seed, same step as the clean run",
-                 ("same seed", "same step", "clean run", "相同种子", "同一步"),
-                 "say how you proved it"),
-    ],
-    model_answer="The loss went to inf at step 87 and never recovered because a "
-    "hand-written cross-entropy summed exp(logit) in fp16, and once the model was "
-    "confident that sum passed 65504. I replayed the first bad step from checkpoint 50 "
-    "with locate, which reproduced it bit for bit and showed the first inf in the loss, "
-    "with the NaN only later in the backward pass. The batch was clean, and the LR / 10 "
-    "replay only postponed the overflow because it learned far more slowly. The fp32 and "
-    "bf16 replays both trained normally, so the fix is bf16 or the stable F.cross_entropy. "
-    "I proved it with the same seed: the loss at the same step matches the clean run.",
-    hints=["Cause, evidence, ruled out, fix, proof: one sentence each.",
-           "Which tool told you where the first inf was made?"],
-)
+practice("07-incident-report")
 
 # %% [markdown]
 # ## Summary

@@ -290,9 +290,14 @@ def judge_stop_loss(trainer):
 
 
 check("stop_loss", try_stop_loss, test=judge_stop_loss, hints=[
-    "Return early when info.finite is True.",
-    "Three assignments on a bad step: info.skip, trainer.stop_requested, "
-    "trainer.stop_reason (an f-string with info.step and info.loss_value).",
+    "Stop-loss acts only on a bad step: drop that step's update and ask the trainer to stop, "
+    "saying why.",
+    "The callback's info says whether the step is finite; on a bad one set its skip flag and "
+    "skip reason, and the trainer's stop request and stop reason, with the step, the loss and "
+    "the grad norm.",
+    "if info.finite: return; info.skip = True; info.skip_reason = \"stop-loss: non-finite "
+    "step\"; trainer.stop_requested = True; trainer.stop_reason = f\"stop-loss at step "
+    "{info.step}: loss {info.loss_value}, grad norm {info.grad_norm_value}\"",
 ])
 
 # %% [markdown]
@@ -466,8 +471,12 @@ ROLLBACK_CASES = [  # (checkpoints, step, trigger) -> expected
 check("rollback_target",
       lambda: [rollback_target(list(c), s, t) for (c, s, t), _ in ROLLBACK_CASES],
       [want for _, want in ROLLBACK_CASES], hints=[
-          "First work out the latest step you may go back to: step, or step - 1.",
-          "Then the largest checkpoint step <= that latest step; None if none.",
+          "Go back to the latest checkpoint that the bad update cannot have touched.",
+          "The trigger sets the latest safe step: for a non-finite step it is that step "
+          "itself, for a spike the step before it; then take the largest checkpoint step not "
+          "after it, or None.",
+          "latest = step if trigger == \"nonfinite\" else step - 1; good = [s for s in "
+          "checkpoints if s <= latest]; return good[-1] if good else None",
       ])
 
 # %% [markdown]
@@ -632,12 +641,15 @@ def judge_spikes(got):
 check("zscore_spikes",
       lambda: {c: zscore_spikes(v, **kw) for c, (v, kw) in SPIKE_CASES.items()},
       test=judge_spikes, hints=[
-          "Keep a list of the finite values seen so far; the window is its last "
-          "`window` items, taken before you append the new value.",
-          "Judge x first (seen >= warmup and len(window) >= 2), then append it, "
-          "spike or not.",
-          "z = (x - mean) / std with np.mean / np.std; std == 0: inf if x > mean "
-          "else 0.",
+          "A spike is a value far above the recent ones: judge each new value against a window"
+          " of the values before it, never against itself.",
+          "Skip non-finite values; judge only after warmup values and with at least two in the"
+          " window; z counts standard deviations above the window's mean (numpy's mean and "
+          "std); flag when z passes z_max and the value is also above the mean by more than "
+          "rtol.",
+          "recent = history[-window:]; z = (x - mean) / std if std > 0 else (math.inf if x > "
+          "mean else 0.0); flag if seen >= warmup and len(recent) >= 2 and z > z_max and x > "
+          "(1 + rtol) * mean; then history.append(x)",
       ])
 
 # %% [markdown]
@@ -750,106 +762,18 @@ print(f"cheapest z: {cheapest[0]:g} to {cheapest[-1]:g} (cost {min(cost)} steps)
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
 
 # %%
-from nanlab.course import FreeText, KeyPoint, MultipleChoice, Ordering, RootCause
+from nanlab.course import practice
 
-MultipleChoice(
-    "08-where-to-check",
-    "Your stop-loss checks the loss in a callback that runs after optimizer.step(). "
-    "It sees a NaN at step 30 and stops the run. What is in the model's weights now?",
-    ["NaN, in every weight: update 30 already applied the NaN gradients",
-     "the weights from before step 30, because the run stopped",
-     "NaN only in the layers next to the bad input",
-     "the last checkpoint's weights"],
-    answers=0,
-    explanation="The check came one event too late (section 3): the update was "
-    "applied. Check after backward and before optimizer.step(), where the update can "
-    "still be dropped and the state before the failure kept.",
-    hints=["Which runs first: the optimizer step or your callback?",
-           "Section 2: how many parameters are NaN after one NaN update?"],
-)
+practice("08-where-to-check")
 
 # %%
-Ordering(
-    "08-recovery-order",
-    "Put the automatic recovery of a non-finite step in order.",
-    ["drop the update of the bad step",
-     "save the bad state, its batch and its gradients as evidence",
-     "reload the last good checkpoint (weights, optimizer, schedule, RNG)",
-     "mark the batches around the bad one never to be trained on",
-     "resume; if the failure comes back, go back further and cut the LR by 10",
-     "after max_rollbacks, stop the run with a reason"],
-    explanation="Drop the update first so the state is still good; keep it as "
-    "evidence before the reload overwrites it; then restore, skip the data and "
-    "resume. The LR is cut only when the failure repeats, and a bound on retries "
-    "stops a loop.",
-    hints=["What would the reload destroy if you did it before saving the evidence?",
-           "The LR cut is for the case where skipping data did not help."],
-)
+practice("08-recovery-order")
 
 # %%
-RootCause(
-    "08-comes-back",
-    "Mystery: a run goes NaN at step 26. The guard rolls back to step 20 and skips "
-    "batches 25 to 28; the NaN comes back at step 26, on a different batch. What is "
-    "the root cause? Tick the evidence that supports it.",
-    ["dirty data", "learning rate too high", "a flaky GPU (bit flip)", "bad init"],
-    answer="learning rate too high",
-    evidence=["the NaN came back on a different batch",
-              "the NaN came back at the same step",
-              "after going back to step 10 with LR / 10 the run finished finite",
-              "the guard kept the bad state as evidence",
-              "the loss at step 0 was about ln(vocab_size)"],
-    supporting=["the NaN came back on a different batch",
-                "the NaN came back at the same step",
-                "after going back to step 10 with LR / 10 the run finished finite"],
-    explanation="A data fault moves with its batch; a fault that returns at the same "
-    "step on other data lives in the training dynamics, and LR / 10 curing it names "
-    "the LR. A bit flip would not reproduce at all (Guard(rerun=True) would call it "
-    "transient). Keeping evidence and the initial loss say nothing about the cause.",
-    hints=["Does a dirty-data NaN follow the batch or the step?",
-           "Which single change made the run finish?"],
-)
+practice("08-comes-back")
 
 # %%
-FreeText(
-    "08-interview-recovery",
-    "Interview: 'On day 5 of a two-week pretraining run the loss went NaN. What should "
-    "the training system have done automatically, and how do you check the recovery "
-    "worked?' Answer in three to five sentences.",
-    key_points=[
-        KeyPoint("detect at once and stop training on NaN",
-                 ("stop", "stop-loss", "detect", "isfinite", "isnan", "check the loss",
-                  "non-finite", "drop that update", "drop the update", "止损", "检测"),
-                 "say what happens at the first non-finite step"),
-        KeyPoint("keep the evidence: bad state, batch, gradients",
-                 ("evidence", "snapshot", "save the state", "the batch", "gradients",
-                  "log", "证据", "快照", "保存"),
-                 "say what is kept for the post-mortem"),
-        KeyPoint("roll back to the last good checkpoint",
-                 ("checkpoint", "roll back", "rollback", "restore", "reload", "回滚",
-                  "检查点"),
-                 "say where training resumes from"),
-        KeyPoint("skip the offending batches; cut the LR if it comes back",
-                 ("skip", "batches", "lower the lr", "lr / 10", "lr/10",
-                  "learning rate", "跳过", "学习率"),
-                 "say what changes when it resumes"),
-        KeyPoint("compare with a clean run at the same step, same seed",
-                 ("same step", "same seed", "clean run", "baseline", "before the failure",
-                  "相同种子", "同一步"),
-                 "say how you prove the recovery"),
-    ],
-    model_answer="A guard after backward and before the optimizer step should see the "
-    "non-finite loss at once and drop that update, so the weights stay clean. It saves "
-    "the bad state, the batch and the gradients as evidence, reloads the last good "
-    "checkpoint with the optimizer state, and marks the offending batches to be "
-    "skipped; if the NaN comes back at the same point, it goes back further and cuts "
-    "the learning rate by 10, with a bound on retries. To check the recovery I compare "
-    "the loss at the same steps with the run before the failure or a clean run with "
-    "the same seed, averaged over a few steps, rather than a fixed threshold.",
-    hints=["What must happen before the optimizer step writes NaN into the weights?",
-           "Where does training resume from, and what does it avoid the second time?",
-           "Against what do you compare the loss after the restart?"],
-)
+practice("08-interview-recovery")
 
 # %% [markdown]
 # ## Summary

@@ -103,6 +103,14 @@ def my_predictions():
 
 
 # %% [markdown]
+# Commit your prediction before the launch: the first one you commit is the one graded.
+
+# %%
+from nanlab.course import predict
+
+predict("predict_ddp", my_predictions)
+
+# %% [markdown]
 # The launch takes about 15 to 30 s. The garbled runs' detector window is 10 steps,
 # not the default 20: in 25 steps the loss still falls fast, which widens a long
 # window's spread and hides the spike.
@@ -138,11 +146,13 @@ actual = dict(zip(STATEMENTS, [
     replicas_identical([r0["params"], r1["params"]]),
     replicas_identical([g0["params"], g1["params"]]),
 ], strict=True))
-check("predict_ddp", my_predictions, actual, hints=[
-    "DDP averages gradients, not losses: each rank's loss is computed on its own "
+check("predict_ddp", my_predictions, actual, locked=True, hints=[
+    "DDP averages gradients across ranks, not losses: each rank's loss comes from its own "
     "shard.",
-    "What is (a finite number + NaN) / 2?",
-    "After the gradient all-reduce, does each rank apply the same update?",
+    "A NaN in one rank's gradient enters the average, and the average reaches every rank; a "
+    "spike detector deciding alone can skip a step on one rank only.",
+    "After committing, the check cell computes each statement, e.g. "
+    "math.isfinite(runs[\"nan\"][0][\"losses\"][6])",
 ])
 
 # %% [markdown]
@@ -328,9 +338,13 @@ check("weight_gap",
       lambda: [gap_of(name, lambda a, b: weight_gap(as_state_dict(a), as_state_dict(b)))
                for name in PAIRS],
       expected, hints=[
-          "For each key: (state_a[k] - state_b[k]).abs().max(), then the max of those.",
-          "Python's max() and NaN do not mix (max(nan, 1.0) is nan, max(1.0, nan) is "
-          "1.0): stack the per-tensor gaps and use torch's max, which propagates NaN.",
+          "The gap between two replicas is the largest absolute difference over every weight "
+          "of every tensor; a NaN anywhere must make the gap NaN.",
+          "Take one maximum per tensor, then the maximum of those; Python's built-in max keeps"
+          " or drops a NaN depending on the order, while torch's max over a stacked tensor "
+          "propagates it.",
+          "gaps = [(state_a[k] - state_b[k]).abs().max() for k in state_a]; return "
+          "float(torch.stack(gaps).max())",
       ])
 
 # %% [markdown]
@@ -425,9 +439,12 @@ def judge_agree(got):
 
 check("agree_flags", lambda: ([agree_flags(c) for c in CASES], replay(agree_flags)),
       test=judge_agree, hints=[
-          "MAX over 0/1 values is a logical OR: any(...) over the ranks, per flag.",
-          "Every rank gets the same tuple back: build it once, then repeat it "
-          "len(per_rank) times.",
+          "All ranks must take the same decision: a flag raised on any rank is raised on all, "
+          "as an all-reduce with MAX does.",
+          "MAX over values of 0 and 1 is a logical OR, flag by flag; every rank gets back the "
+          "same tuple.",
+          "agreed = tuple(any(flags[i] for flags in per_rank) for i in "
+          "range(len(per_rank[0]))); return [agreed for _ in per_rank]",
       ])
 
 # %% [markdown]
@@ -498,98 +515,18 @@ print("largest weight difference is 0.0:", replica_gap([a0["params"], a1["params
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
 
 # %%
-from nanlab.course import FreeText, KeyPoint, MultipleChoice, Ordering
+from nanlab.course import practice
 
-MultipleChoice(
-    "09-which-ranks",
-    "An 8-GPU DDP job, no guard. One sample on rank 5 has a NaN feature. After that "
-    "step's optimizer update, which ranks have NaN weights?",
-    ["all 8, bit-identical to each other", "only rank 5",
-     "rank 5, and the ranks it talks to in the ring", "none: DDP drops non-finite "
-     "gradients"],
-    answers=0,
-    explanation="DDP all-reduces (averages) the gradients: one NaN term makes the "
-    "average NaN on every rank, and every rank applies the same NaN update. The "
-    "replicas stay identical, identically destroyed; no error is raised.",
-    hints=["What does an average with one NaN term give?"],
-)
+practice("09-which-ranks")
 
 # %%
-MultipleChoice(
-    "09-local-loss-check",
-    "Your DDP loop does: backward; then `if math.isfinite(loss.item()): "
-    "optimizer.step()`. Rank 1's batch has a NaN in its input; rank 0's is clean. "
-    "What happens at that step?",
-    ["rank 1 skips; rank 0's loss is finite, so it steps with the NaN-averaged "
-     "gradients: rank 0's weights become NaN, rank 1's stay finite",
-     "both ranks skip: the loss is averaged by DDP like the gradients",
-     "both ranks step and both become NaN",
-     "rank 1 skips, rank 0 steps with its own clean gradients: a small drift"],
-    answers=0,
-    explanation="The loss is local (section 1: rank 0's loss was finite at the bad "
-    "step) but the gradients are averaged, so rank 0's gradients are NaN. A check "
-    "on the local loss lets rank 0 write NaN into its weights while rank 1 skips: "
-    "one rank destroyed, the replicas different. Check the global grad norm, and "
-    "all-reduce the flag.",
-    hints=["Which one does DDP average: the loss, or the gradients?",
-           "What did rank 0's loss show at step 6 in the nan run?"],
-)
+practice("09-local-loss-check")
 
 # %%
-Ordering(
-    "09-guarded-step",
-    "Put one guarded data-parallel training step in order.",
-    ["forward and backward; DDP all-reduces the gradients",
-     "each rank computes its flags (loss or grad norm non-finite, loss spike)",
-     "all-reduce the flags with MAX",
-     "every rank applies the same decision: step, or skip the optimizer and LR step",
-     "log the decision and its reason on every rank"],
-    explanation="The flags can only be computed once the loss and the reduced "
-    "gradients exist; they must be agreed before anyone touches the weights; the "
-    "decision is logged so that a skipped step is never silent.",
-    hints=["Which step must come before any rank touches the weights?"],
-)
+practice("09-guarded-step")
 
 # %%
-FreeText(
-    "09-dp-skip",
-    "Interview: 'We skip the optimizer step when the loss is NaN or spikes. We are "
-    "moving to 64-GPU data parallelism. What can go wrong, and what do you change?' "
-    "Three or four sentences.",
-    key_points=[
-        KeyPoint("a local decision makes ranks disagree",
-                 ("local", "one rank", "only that rank", "that rank only",
-                  "own shard", "some ranks", "disagree", "different decision",
-                  "单个", "本地"),
-                 "say what is different about the loss on one rank"),
-        KeyPoint("the replicas drift apart silently",
-                 ("drift", "diverge", "out of sync", "desync", "different weights",
-                  "replicas differ", "not identical", "不一致", "漂移"),
-                 "say what happens to the replicas"),
-        KeyPoint("all-reduce the flag with MAX, so every rank skips",
-                 ("all-reduce", "all reduce", "allreduce", "max", "every rank skips",
-                  "all ranks skip", "全归约"),
-                 "name the collective that makes the decision global"),
-        KeyPoint("check the gradient norm, not only the local loss",
-                 ("grad norm", "gradient norm", "global norm", "gradients", "梯度"),
-                 "say which value sees another rank's NaN"),
-        KeyPoint("verify and log",
-                 ("checksum", "hash", "compare the weights", "bit-identical", "log",
-                  "count", "日志"),
-                 "say how you would know it worked"),
-    ],
-    model_answer="The loss is computed on each rank's own shard, so a NaN or a spike "
-    "in one shard trips the check on that rank only: it skips while the others step, "
-    "and from then on the replicas hold different weights, silently, because DDP "
-    "only syncs gradients. I would all-reduce the skip flag with MAX before the "
-    "optimizer step so that any bad rank makes every rank skip, as Megatron-LM and "
-    "DeepSpeed do for their found-inf flag, and also check the global gradient norm, "
-    "which sees another rank's NaN after the all-reduce. Every skip is logged with "
-    "its reason, and a periodic checksum of the weights across ranks proves they "
-    "are still bit-identical.",
-    hints=["Is the loss averaged across ranks, like the gradients?",
-           "What one collective would make all ranks take the same decision?"],
-)
+practice("09-dp-skip")
 
 # %% [markdown]
 # ## Summary

@@ -95,24 +95,9 @@ start_lab("10_interview")
 display(Markdown(frameworks_markdown()))
 
 # %%
-from nanlab.course import MultipleChoice
+from nanlab.course import practice
 
-MultipleChoice(
-    "10-level-mistake",
-    "An experienced-hire candidate (社招) answers: 'We had NaNs once; I lowered the "
-    "learning rate and it worked.' What is the main problem with this answer?",
-    ["No numbers and no evidence: which step, which model, what proved the cause, "
-     "what the loss was afterwards",
-     "Lowering the learning rate never fixes a NaN",
-     "It should have started with the definition of NaN in IEEE 754",
-     "Nothing: a short answer is best"],
-    answers=0,
-    explanation="The experienced level is judged on one real case told with its "
-    "numbers and evidence. 'Lowered the LR and it worked' is a workaround with no "
-    "root cause, and no way to tell whether it even was the cause.",
-    hints=["What does the framework table say is the typical mistake of that level?"],
-    lab="10_interview",
-)
+practice("10-level-mistake")
 
 # %% [markdown]
 # ## 3. The question bank and the rubric (I3)
@@ -313,11 +298,16 @@ def judge_jump(got):
 
 
 check("grad_jump", lambda: [grad_jump(r, s, w) for r, s, w in CASES], test=judge_jump,
-      hints=["Build {step: grad_norm} from record.steps, then keep the steps in "
-             "range(step - window, step) whose norm is finite and > 0.",
-             "min(points, key=...) gives the earliest of equal values; then max over "
-             "the points with p[0] >= low_step.",
-             "decades = math.log10(high / low)"])
+      hints=[
+          "Measure how much the grad norm grew before the bad step: from the lowest value in "
+          "the window to the highest value after it, in orders of magnitude.",
+          "The record's steps hold each step's grad_norm; keep the finite, positive ones from "
+          "the window of steps before step; take the earliest lowest point, then the highest "
+          "at or after it; orders of magnitude are the log10 of the ratio.",
+          "low_step, low = min(points, key=lambda p: p[1]); high_step, high = max((p for p in "
+          "points if p[0] >= low_step), key=lambda p: p[1]); return low_step, high_step, "
+          "math.log10(high / low)",
+      ])
 
 # %% [markdown]
 # The package has the same function, `grad_norm_jump`; the story below uses it. What
@@ -405,8 +395,13 @@ def judge_sentence(sentences):
 
 check("result_sentence", lambda: [result_sentence(facts), result_sentence(other)],
       test=judge_sentence,
-      hints=["An f-string with five fields: fix, step, two losses, batches.",
-             "Format a loss with f\"{x:.3g}\": 0.43219 becomes 0.432."])
+      hints=[
+          "One sentence with the run's own numbers: the fix, the step that had failed, the "
+          "fixed and clean losses there, and the batches run since.",
+          "The facts dict holds fix, symptom_step, loss_fixed_at_step, loss_clean_at_step and "
+          "batches_after_fix; losses read best with three significant digits.",
+          "f\"... a loss of {facts['loss_fixed_at_step']:.3g} ...\" writes 0.43219 as 0.432",
+      ])
 
 # %% [markdown]
 # Now say it in your own words. The bank's question "Tell me about a NaN or

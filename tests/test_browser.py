@@ -21,7 +21,6 @@ Environment:
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -91,31 +90,20 @@ def _free_port() -> int:
 
 
 def _first_multiple_choice(nb: dict) -> tuple[str, list[str], list[int]]:
-    """(prompt, options, answers) of the lab's first single-answer MultipleChoice call."""
+    """(prompt, options, answers) of the lab's first single-answer multiple choice, read
+    from the question store by the id the lab shows (``practice("<id>")``)."""
+    from nanlab.course import questions
+    from nanlab.course.quiz import MultipleChoiceQuestion
+
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
             continue
-        source = "".join(cell["source"])
-        if "MultipleChoice(" not in source:
-            continue
-        for node in ast.walk(ast.parse(source)):
-            if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") ==
-                    "MultipleChoice"):
-                continue
-            names = ["qid", "question", "options", "answers"]
-            args = dict(zip(names, node.args, strict=False))
-            args.update({k.arg: k.value for k in node.keywords if k.arg in names})
-            try:
-                prompt = ast.literal_eval(args["question"])
-                options = list(ast.literal_eval(args["options"]))
-                answers = ast.literal_eval(args["answers"])
-            except (KeyError, ValueError):
-                continue
-            answers = [answers] if isinstance(answers, int) else list(answers)
-            if len(answers) == 1:
-                return prompt, options, answers
-    raise AssertionError(f"{LAB.name} has no single-answer MultipleChoice with literal "
-                         "arguments; the browser test needs one")
+        for qid in re.findall(r"""practice\(\s*["']([^"']+)["']\s*\)""", "".join(cell["source"])):
+            q = questions.question(qid)
+            if isinstance(q, MultipleChoiceQuestion) and len(q.answers) == 1:
+                return q.prompt, list(q.options), list(q.answers)
+    raise AssertionError(f"{LAB.name} shows no single-answer multiple choice; the browser "
+                         "test needs one")
 
 
 def _write_settings(settings: Path) -> None:

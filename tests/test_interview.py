@@ -630,7 +630,20 @@ def test_star_story_markdown_export(dirty_story, tmp_path):
     assert text == story.markdown() == str(story)
     assert text.startswith("## STAR story: dirty data (脏数据)")
     assert story._repr_markdown_() == text
-    assert "> Diagnosed a NaN loss at step 40" in text
+    assert "> Built a fault-injection harness; reproduced a NaN loss at step 40" in text
+    assert "injected `nan_input`" in text
+
+
+def test_star_story_of_an_injected_fault_is_framed_as_a_reproduction(dirty_story):
+    """The learner did not run a production job: the story says so, in its own numbers."""
+    story = dirty_story[3]
+    assert story.situation.startswith("I built a fault-injection harness and reproduced a "
+                                      "NaN loss on purpose: I injected the `nan_input` fault")
+    assert "not a production incident" in story.situation
+    assert "I was training" not in story.markdown()
+    own = nanlab.interview.story_from_facts(dict(story.facts, fault=None))  # your own run
+    assert own.situation.startswith("I was training ")
+    assert own.headline.startswith("Diagnosed a NaN loss at step 40")
 
 
 def test_star_story_scores_well_on_the_banks_star_question(dirty_story):

@@ -231,6 +231,7 @@ def test_mystery_grade_is_case_insensitive_and_trims(tmp_path):
     (folder / "manifest.json").write_text(json.dumps(
         {"fault": {"sealed": seal({"name": "nan_input", "params": {}})}}))
     assert grade(folder, " NaN_Input ").startswith("right")
+    (folder / "answers.jsonl").unlink()  # a fresh try: a right answer ends the grading
     assert grade(folder, "DATA").startswith("right")
     (folder / "manifest.json").write_text(json.dumps({"fault": {"sealed": "sealed:v1:!!"}}))
     with pytest.raises(NanlabError) as e:

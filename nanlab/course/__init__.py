@@ -4,21 +4,25 @@
 - ``checks``:        exercise checks: passed / not done yet / not yet right, and hints
 - ``quiz``:          grading of the practice questions, plain Python
 - ``rubric``:        rubric scoring of free-text answers (English and Chinese)
-- ``widgets``:       the practice questions as ipywidgets (Check and Hint buttons)
+- ``widgets``:       the practice questions as ipywidgets (Check, Hint, Show answer)
+- ``questions``:     the labs' practice questions with their keys; ``practice(id)`` shows one
+- ``mysteries``:     Lab 07's mystery runs: a hidden fault, bounded tries, hints from the run
 - ``progress``:      the learner's progress file, and ``show_progress()``
 - ``claims``:        the source article's claims, and the lab that reproduces or corrects each
 - ``pytest_plugin``: nbval check: solutions must pass, unfilled labs must not
 
 What a lab imports, in one line:
 
->>> from nanlab.course import check, hint, start_lab, show_progress, MultipleChoice
+>>> from nanlab.course import check, hint, predict, practice, start_lab, show_progress
 """
 
 from nanlab.course import progress
-from nanlab.course.checks import check, hint, start_lab
+from nanlab.course.checks import check, hint, predict, start_lab
 from nanlab.course.progress import show_progress
+from nanlab.course.questions import practice
 from nanlab.course.rubric import KeyPoint, WrongClaim, score_answer
 from nanlab.course.widgets import FreeText, MultipleChoice, Ordering, RootCause
 
 __all__ = ["FreeText", "KeyPoint", "MultipleChoice", "Ordering", "RootCause", "WrongClaim",
-           "check", "hint", "progress", "score_answer", "show_progress", "start_lab"]
+           "check", "hint", "practice", "predict", "progress", "score_answer", "show_progress",
+           "start_lab"]

@@ -8,6 +8,14 @@ The first printed line is a stable fact, so nbval can compare it in the solution
 
 ``check`` never raises, so an unfilled lab runs top to bottom (CI runs it that way). Each
 result goes to the progress file. Hints are revealed one at a time with ``hint(name)``.
+A wrong value is described (what was got, where it differs) without the expected value
+until the learner has tried ``REVEAL_AFTER`` (3) times: a first wrong try is not handed
+the answer.
+
+A prediction is committed before the experiment that tests it runs: ``predict(name,
+my_predictions)`` locks the first filled-in answer (in the kernel and in the progress
+file), and the later ``check(name, ..., locked=True)`` grades that committed answer, not
+one changed after the results were on screen.
 
 Usage in a check cell::
 
@@ -17,6 +25,7 @@ Usage in a check cell::
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -24,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nanlab.course import progress
-from nanlab.course.quiz import Hints, _show
+from nanlab.course.quiz import REVEAL_AFTER, Hints, _show
 
 PASSED = "passed"
 NOT_DONE = "not done yet"
@@ -33,6 +42,8 @@ WRONG = "not yet right"
 _NOTHING = object()
 _hints: dict[str, Hints] = {}
 _last_name: str | None = None
+_wrong_tries: dict[str, int] = {}
+_predictions: dict[tuple[str, str], Any] = {}
 
 
 @dataclass
@@ -82,13 +93,14 @@ def evaluate(
     expected: Any = _NOTHING,
     *,
     test: Callable[[Any], str | bool | None] | None = None,
+    reveal: bool = True,
 ) -> CheckResult:
     """Run ``attempt`` (a zero-argument callable, or a plain value) and judge it; never raises.
 
     Give either ``expected`` (compared value by value; tensors, floats, dicts, lists) or
     ``test``, a function of the learner's value returning None or True when right, or a
     string saying what differed. A value of the wrong kind is a WRONG result that says
-    what kind was expected.
+    what kind was expected. ``reveal=False`` leaves the expected value out of the verdict.
 
     >>> evaluate("two", lambda: 1 + 1, 2).line()
     'passed: two'
@@ -111,7 +123,7 @@ def evaluate(
             else:
                 problem = "the test said no" if verdict is False else str(verdict)
         else:
-            problem = describe_difference(value, expected)
+            problem = describe_difference(value, expected, reveal=reveal)
     except Exception as err:  # a test tripping over an odd value is still feedback
         problem = f"checking it raised {_one_line(err)} (value given: {_short(value)})"
     return CheckResult(name, PASSED if problem is None else WRONG, problem or "")
@@ -125,8 +137,13 @@ def check(
     test: Callable[[Any], str | bool | None] | None = None,
     hints: Sequence[str] = (),
     lab: str | None = None,
+    locked: bool = False,
 ) -> None:
     """Evaluate an exercise, print the verdict and record it; returns None so no ``Out[]``.
+
+    The expected value is named only after ``REVEAL_AFTER`` wrong tries. ``locked=True``
+    grades the prediction committed earlier with :func:`predict` (the first one), not
+    whatever ``attempt`` returns now.
 
     >>> check("two", lambda: 1 + 1, 2)  # doctest: +SKIP
     passed: two
@@ -135,7 +152,19 @@ def check(
     if name not in _hints or (hints and _hints[name].hints != list(hints)):
         _hints[name] = Hints(hints)
     _last_name = name
-    result = evaluate(name, attempt, expected, test=test)
+    if locked:
+        result, attempt = _locked_attempt(name, attempt, lab)
+        if result is not None:
+            print(result.line())
+            progress.record(lab, name, correct=False, answered=False,
+                            hints_used=_hints[name].revealed)
+            return
+    reveal = locked or _wrong_tries.get(name, 0) + 1 >= REVEAL_AFTER
+    result = evaluate(name, attempt, expected, test=test, reveal=reveal)
+    if locked and result.status == WRONG:
+        result.detail = "your locked prediction: " + result.detail
+    if result.status == WRONG:
+        _wrong_tries[name] = _wrong_tries.get(name, 0) + 1
     print(result.line())
     if result.status == NOT_DONE:
         print("  Replace `# YOUR CODE HERE` / `raise NotImplementedError()` above and rerun.")
@@ -149,6 +178,73 @@ def check(
         answered=result.status != NOT_DONE,
         hints_used=_hints[name].revealed,
     )
+
+
+def predict(name: str, attempt: Callable[[], Any] | Any, *, lab: str | None = None) -> None:
+    """Commit a prediction before the experiment runs; the first filled-in one is locked.
+
+    Prints one line: ``not done yet: <name>`` (the stub), ``prediction locked: <name>``
+    (committed now), or ``prediction already locked: <name>`` (a changed answer is not
+    graded: the first one is). The lock lives in the kernel and in the progress file, so a
+    restarted kernel keeps it. ``check(name, ..., locked=True)`` grades it later.
+
+    >>> predict("guess", lambda: {"a": True})  # doctest: +SKIP
+    prediction locked: guess (1 answer(s)); now run the experiment
+    """
+    try:
+        value = attempt() if callable(attempt) else attempt
+    except NotImplementedError:
+        print(f"{NOT_DONE}: {name}")
+        print("  Fill in your prediction above and rerun this cell before the experiment.")
+        return
+    except (Exception, SystemExit) as err:
+        print(f"{WRONG}: {name}: your code raised {_one_line(err)}")
+        return
+    first = _committed(name, lab)
+    if first is not _NOTHING:
+        same = describe_difference(value, first) is None
+        print(f"prediction already locked: {name}" + ("" if same else
+              " (this changed answer is not graded; your first one is)"))
+        return
+    _predictions[(lab or progress.current_lab(), name)] = value
+    try:
+        json.dumps(value)
+        stored = value
+    except (TypeError, ValueError):  # not JSON: locked in this kernel only
+        stored = None
+    progress.record(lab, name, correct=False, answered=False, prediction=stored)
+    count = len(value) if isinstance(value, (dict, list, tuple, set)) else 1
+    print(f"prediction locked: {name} ({count} answer(s)); now run the experiment")
+
+
+def _committed(name: str, lab: str | None) -> Any:
+    """The prediction committed for ``name``: this kernel's, else the progress file's."""
+    key = (lab or progress.current_lab(), name)
+    if key in _predictions:
+        return _predictions[key]
+    entry = progress.entry(lab, name)
+    if entry is not None and "prediction" in entry:
+        _predictions[key] = entry["prediction"]
+        return entry["prediction"]
+    return _NOTHING
+
+
+def _locked_attempt(name: str, attempt: Any, lab: str | None) -> tuple[CheckResult | None, Any]:
+    """(a result to print instead of grading, or None; the value to grade).
+
+    The stub still unfilled is NOT_DONE even if a prediction is on file (an unfilled lab
+    never passes on someone else's record)."""
+    try:
+        attempt() if callable(attempt) else attempt
+    except NotImplementedError:
+        return CheckResult(name, NOT_DONE), None
+    except (Exception, SystemExit):
+        pass
+    first = _committed(name, lab)
+    if first is not _NOTHING:
+        return None, first
+    return CheckResult(name, WRONG, "no prediction committed: run the predict(...) cell "
+                       "above before the experiment"), None
 
 
 def hint(name: str | None = None) -> None:
@@ -174,17 +270,25 @@ def hint(name: str | None = None) -> None:
     print(_hints[name].next())
 
 
-def describe_difference(got: Any, expected: Any, where: str = "") -> str | None:
+def describe_difference(got: Any, expected: Any, where: str = "", *,
+                        reveal: bool = True) -> str | None:
     """None when ``got`` matches ``expected``, else one line on the first difference.
 
     NaN matches NaN (a learner who predicts NaN is right); floats match to 1e-6 relative.
+    ``reveal=False`` says where and what was got, not what was expected.
 
     >>> describe_difference({"nan": 1}, {"nan": 2})
     "['nan']: got 1, expected 2"
+    >>> describe_difference({"nan": 1}, {"nan": 2}, reveal=False)
+    "['nan']: got 1, which is not right"
     """
     import torch
 
     at = f"{where}: " if where else ""
+
+    def want(value: Any) -> str:
+        return f", expected {_short(value)}" if reveal else ", which is not right"
+
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             return f"{at}expected a tensor, got {type(got).__name__} {_short(got)}"
@@ -195,14 +299,11 @@ def describe_difference(got: Any, expected: Any, where: str = "") -> str | None:
         if bool(same.all()):
             return None
         idx = tuple(int(i) for i in (~same).nonzero()[0])
-        return (
-            f"{at}at index {idx}: got {_short(got[idx].item())}, "
-            f"expected {_short(expected[idx].item())}"
-        )
+        return f"{at}at index {idx}: got {_short(got[idx].item())}{want(expected[idx].item())}"
     if isinstance(expected, bool) or expected is None:
         if got is expected or _equal(got, expected):
             return None
-        return f"{at}got {_short(got)}, expected {_short(expected)}"
+        return f"{at}got {_short(got)}{want(expected)}"
     if isinstance(expected, (int, float)):
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
@@ -217,7 +318,7 @@ def describe_difference(got: Any, expected: Any, where: str = "") -> str | None:
                 return None
         except (OverflowError, ValueError, TypeError):  # an int too large for a float
             pass
-        return f"{at}got {_short(got)}, expected {_short(expected)}"
+        return f"{at}got {_short(got)}{want(expected)}"
     if isinstance(expected, dict):
         if not isinstance(got, dict):
             return f"{at}expected a dict, got {type(got).__name__} {_short(got)}"
@@ -226,7 +327,8 @@ def describe_difference(got: Any, expected: Any, where: str = "") -> str | None:
         if missing or extra:
             return f"{at}keys differ: missing {missing}, unexpected {extra}"
         for key in expected:
-            problem = describe_difference(got[key], expected[key], f"{where}[{key!r}]")
+            problem = describe_difference(got[key], expected[key], f"{where}[{key!r}]",
+                                          reveal=reveal)
             if problem:
                 return problem
         return None
@@ -236,7 +338,7 @@ def describe_difference(got: Any, expected: Any, where: str = "") -> str | None:
         if len(got) != len(expected):
             return f"{at}length {len(got)}, expected {len(expected)}"
         for i, (g, e) in enumerate(zip(got, expected, strict=True)):
-            problem = describe_difference(g, e, f"{where}[{i}]")
+            problem = describe_difference(g, e, f"{where}[{i}]", reveal=reveal)
             if problem:
                 return problem
         return None
@@ -249,6 +351,9 @@ def describe_difference(got: Any, expected: Any, where: str = "") -> str | None:
             return f"{at}expected a set of plain values, got unhashable items in {_short(got)}"
         if got == expected:
             return None
+        if not reveal:
+            return (f"{at}{len(expected - got)} missing, should not be there "
+                    f"{sorted(got - expected, key=repr)}")
         return (
             f"{at}missing {sorted(expected - got, key=repr)}, "
             f"should not be there {sorted(got - expected, key=repr)}"

@@ -97,12 +97,16 @@ def record(
     answered: bool = True,
     kind: str = "exercise",
     hints_used: int | None = None,
+    answer_shown: bool = False,
+    prediction: Any = None,
     path: str | Path | None = None,
 ) -> dict[str, Any]:
     """Add one attempt at ``item`` in ``lab`` and save; returns that item's entry; never raises.
 
     ``answered=False`` (a stub not filled in, an empty widget) notes that the learner got
-    here without counting an attempt. A file that cannot be written gives a warning, not an
+    here without counting an attempt. ``answer_shown`` notes that the learner asked for
+    the answer; ``prediction`` (a JSON value) stores a committed prediction, once: the
+    first one stays. A file that cannot be written gives a warning, not an
     error, so a read-only home directory never breaks a lab. A damaged file is backed up
     as ``<name>.bad-<time>`` before the repaired record replaces it.
 
@@ -125,6 +129,10 @@ def record(
             entry["solved_at"] = now
     if isinstance(hints_used, int):
         entry["hints_used"] = max(entry["hints_used"], hints_used)
+    if answer_shown:
+        entry["answer_shown"] = True
+    if prediction is not None and "prediction" not in entry:
+        entry["prediction"] = prediction
     if not state.writable:
         return entry  # the warning above said why; the folder or file there is left alone
     try:
@@ -134,6 +142,16 @@ def record(
     except OSError as err:
         warnings.warn(f"could not save progress to {path} ({err}); set {ENV_VAR}", stacklevel=2)
     return entry
+
+
+def entry(lab: str | None, item: str, path: str | Path | None = None) -> dict[str, Any] | None:
+    """The record of ``item`` in ``lab`` (None if there is none); never raises or writes.
+
+    >>> entry("no-such-lab", "no-such-item") is None  # doctest: +SKIP
+    True
+    """
+    state = _read(Path(path) if path is not None else progress_path())
+    return state.data["labs"].get(lab or current_lab(), {}).get(item)
 
 
 def summary(path: str | Path | None = None) -> dict[str, dict[str, int]]:

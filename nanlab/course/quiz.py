@@ -18,6 +18,11 @@ from typing import Any
 from nanlab.errors import NanlabError
 
 _QID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+REVEAL_AFTER = 3
+"""Wrong tries after which a widget or an exercise check shows the right answer (a learner
+may also ask for it at once, with a widget's Show answer button). Before that, feedback
+says what is wrong, never what is right: a first wrong try must still make the learner
+think."""
 
 
 class QuizError(NanlabError):
@@ -98,7 +103,8 @@ def _pick_score(picked: set[int], right: set[int], options: Sequence[str]) -> tu
     score = max(0.0, (len(hits) - len(wrong)) / len(right))
     details = [f"right: {options[i]}" for i in sorted(hits)]
     details += [f"should not be picked: {options[i]}" for i in sorted(wrong)]
-    details += [f"missed: {options[i]}" for i in sorted(missed)]
+    if missed:  # counted, not named: naming them would give the answer away
+        details.append(f"missed: {len(missed)} more right answer(s) not picked")
     return score, details
 
 
@@ -235,6 +241,12 @@ class MultipleChoiceQuestion:
         )
         return Feedback(False, score, message, True, details)
 
+    def answer_text(self) -> str:
+        """The right answer and why, for after the tries (see ``REVEAL_AFTER``)."""
+        right = "; ".join(f"'{self.options[i]}'" for i in self.answers)
+        return _join(f"The answer{'s' if len(self.answers) > 1 else ''}: {right}.",
+                     self.explanation)
+
     def _how(self) -> str:
         last = len(self.options) - 1
         if self.multiple:
@@ -301,6 +313,11 @@ class OrderingQuestion:
         message = f"{len(right)} of {len(self.items)} positions right; score {score:.0%}."
         return Feedback(False, score, message, True, details)
 
+    def answer_text(self) -> str:
+        """The right order and why."""
+        steps = "; ".join(f"{i + 1}. {s}" for i, s in enumerate(self.items))
+        return _join(f"The order: {steps}.", self.explanation)
+
     def _how(self) -> str:
         return (f"Answer with a list of the {len(self.items)} steps in order, each a step's "
                 f"text, like [{self.items[0]!r}, ...]")
@@ -349,7 +366,7 @@ class RootCauseQuestion:
         >>> q = RootCauseQuestion("m1", "Why?", ["data", "lr"], "data", ["nan in x", "lr high"],
         ...                       ["nan in x"])
         >>> q.grade("data", 3).message
-        "Answer the evidence with a list of evidence texts, like ['nan in x']; got 3."
+        "Answer the evidence with a list of evidence texts, like ['lr high']; got 3."
         """
         families = f"Answer the fault family with one of {list(self.families)}"
         if family is not None and not isinstance(family, str):
@@ -392,8 +409,18 @@ class RootCauseQuestion:
             message = f"Not yet: neither the family nor the evidence (score {score:.0%})."
         return Feedback(False, score, message, True, details)
 
+    def answer_text(self) -> str:
+        """The family, the evidence that supports it, and why."""
+        evidence = "; ".join(self.supporting)
+        return _join(f"The family: {self.answer}. The evidence: {evidence}.", self.explanation)
+
     def _how(self) -> str:
-        return f"Answer the evidence with a list of evidence texts, like [{self.supporting[0]!r}]"
+        return f"Answer the evidence with a list of evidence texts, like {self._example()}"
+
+    def _example(self) -> str:
+        """An example of the answer's form that is not part of the answer."""
+        return f"[{self.evidence[-1]!r}]" if self.evidence[-1] not in self.supporting \
+            else "['<evidence text>', ...]"
 
 
 @dataclass
@@ -425,8 +452,11 @@ class FreeTextQuestion:
         if not 0.0 < self.pass_score <= 1.0:
             raise QuizError(f"{self.qid}: pass_score={self.pass_score!r} must be in (0, 1]")
 
-    def grade(self, answer: str | None) -> Feedback:
+    def grade(self, answer: str | None, reveal: bool = True) -> Feedback:
         """Score the text; say which key points were found and which are missing; never raises.
+
+        ``reveal=False`` (a widget's first tries) words a missing point by its hint
+        (what to say something about), not by its name (what to say).
 
         >>> q = FreeTextQuestion("why-silent", "Why?", [("no error", ("no error",))])
         >>> q.grade(42).message
@@ -450,6 +480,8 @@ class FreeTextQuestion:
         result = score_answer(answer, points, tuple(self.must_not))
         if result.feedback:  # the rubric explains itself; show its lines as they are
             details = [line for line in result.feedback.splitlines() if line.strip()]
+            if not reveal:
+                details = [_hide_point(line, points) for line in details]
         else:
             details = [f"said: {name}" for name in result.present]
             details += [f"missing: {name}" for name in result.missing]
@@ -462,6 +494,21 @@ class FreeTextQuestion:
         if correct and self.model_answer:
             details.append(f"A model answer: {self.model_answer}")
         return Feedback(correct, float(result.score), message, True, details)
+
+    def answer_text(self) -> str:
+        """A model answer, or the key points when there is none."""
+        if self.model_answer:
+            return f"A model answer: {self.model_answer}"
+        names = [p.name if hasattr(p, "name") else str(p[0]) for p in self.key_points]
+        return "The key points: " + "; ".join(names) + "."
+
+
+def _hide_point(line: str, points: Sequence[Any]) -> str:
+    """A rubric line '- <point name>: <hint>' as '- <hint>': the name is the answer."""
+    for p in points:
+        if p.hint and line.strip() == f"- {p.name}: {p.hint}":
+            return f"- {p.hint}"
+    return line
 
 
 def _join(*parts: str) -> str:

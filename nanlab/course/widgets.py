@@ -2,7 +2,10 @@
 
 Each widget shows a question, the controls to answer it, a Check button, a Hint button and
 a feedback area. The Check button calls the question's ``grade`` and shows the
-:class:`~nanlab.course.quiz.Feedback`; nothing here decides what is right. The feedback lives in an
+:class:`~nanlab.course.quiz.Feedback`; nothing here decides what is right. A wrong try is
+told what is wrong, never what is right; after ``REVEAL_AFTER`` (3) wrong tries, or when the learner
+presses **Show answer**, the right answer and its explanation are shown (and the progress
+file notes that the answer was shown). The feedback lives in an
 ``HTML`` widget (not an ``Output``) so a test can click and read it without a kernel::
 
     q = MultipleChoice("fp16-max", "Largest finite fp16 value?", ["65504", "65536"], 0)
@@ -25,6 +28,7 @@ import ipywidgets as w
 from nanlab.course import progress
 from nanlab.course.checks import _one_line
 from nanlab.course.quiz import (
+    REVEAL_AFTER,
     Feedback,
     FreeTextQuestion,
     Hints,
@@ -56,16 +60,21 @@ class QuestionWidget:
         self.lab = lab
         self.hints = Hints(question.hints)
         self.last_feedback: Feedback | None = None
+        self.wrong_tries = 0
+        self.answer_shown = False
         self.prompt = w.HTML(f"<b>{html.escape(question.prompt)}</b>")
         self.check_button = w.Button(description="Check", button_style="primary")
         self.hint_button = w.Button(description="Hint", disabled=not question.hints)
         self.feedback = w.HTML("")
         self.hint_area = w.HTML("")
+        self.answer_button = w.Button(description="Show answer")
+        self.answer_area = w.HTML("")
         self.check_button.on_click(self._on_check)
         self.hint_button.on_click(self._on_hint)
-        buttons = w.HBox([self.check_button, self.hint_button])
+        self.answer_button.on_click(self._on_show_answer)
+        buttons = w.HBox([self.check_button, self.hint_button, self.answer_button])
         self.widget = w.VBox(
-            [self.prompt, *controls, buttons, self.feedback, self.hint_area],
+            [self.prompt, *controls, buttons, self.feedback, self.hint_area, self.answer_area],
             layout=w.Layout(border="1px solid #ccc", padding="6px", margin="6px 0"),
         )
 
@@ -82,10 +91,23 @@ class QuestionWidget:
         except Exception as err:  # a grader bug must show as feedback, never a traceback
             fb = Feedback(False, 0.0, f"Could not grade this answer ({_one_line(err)}). "
                                       "Please report it.", False)
+        if fb.answered and not fb.correct:
+            self.wrong_tries += 1
+            if self.wrong_tries >= REVEAL_AFTER and not self.answer_shown:
+                fb.details.append(f"After {self.wrong_tries} tries: "
+                                  f"{self.question.answer_text()}")
         self.last_feedback = fb
         self.feedback.value = _render(fb)
         progress.record(self.lab, self.qid, correct=fb.correct, answered=fb.answered,
                         kind="question", hints_used=self.hints.revealed)
+
+    def _on_show_answer(self, _button: w.Button | None = None) -> None:
+        """Show the right answer on request; the progress file notes it was shown."""
+        self.answer_shown = True
+        text = self.question.answer_text()
+        self.answer_area.value = f"<div>&#128273; {html.escape(text)}</div>"
+        progress.record(self.lab, self.qid, correct=False, answered=False, kind="question",
+                        hints_used=self.hints.revealed, answer_shown=True)
 
     def _on_hint(self, _button: w.Button | None = None) -> None:
         text = self.hints.next()
@@ -119,7 +141,10 @@ class MultipleChoice(QuestionWidget):
         hints: Sequence[str] = (),
         lab: str | None = None,
     ):
-        q = MultipleChoiceQuestion(qid, question, list(options), answers, explanation, hints)
+        self._setup(MultipleChoiceQuestion(qid, question, list(options), answers, explanation,
+                                           hints), lab)
+
+    def _setup(self, q: MultipleChoiceQuestion, lab: str | None) -> None:
         if q.multiple:
             self.boxes = [w.Checkbox(value=False, description=o, indent=False, layout=_WIDE)
                           for o in q.options]
@@ -156,9 +181,11 @@ class Ordering(QuestionWidget):
         hints: Sequence[str] = (),
         lab: str | None = None,
     ):
-        q = OrderingQuestion(qid, question, list(items), explanation, hints)
+        self._setup(OrderingQuestion(qid, question, list(items), explanation, hints), lab)
+
+    def _setup(self, q: OrderingQuestion, lab: str | None) -> None:
         shuffled = list(q.items)
-        random.Random(qid).shuffle(shuffled)
+        random.Random(q.qid).shuffle(shuffled)
         self.slots = [
             w.Dropdown(options=[("(choose)", None)] + [(s, s) for s in shuffled], value=None,
                        description=f"Step {i + 1}", layout=w.Layout(width="28em"))
@@ -191,8 +218,10 @@ class RootCause(QuestionWidget):
         hints: Sequence[str] = (),
         lab: str | None = None,
     ):
-        q = RootCauseQuestion(qid, question, list(families), answer, list(evidence),
-                              list(supporting), explanation, hints)
+        self._setup(RootCauseQuestion(qid, question, list(families), answer, list(evidence),
+                                      list(supporting), explanation, hints), lab)
+
+    def _setup(self, q: RootCauseQuestion, lab: str | None) -> None:
         self.family = w.RadioButtons(options=list(q.families), value=None, layout=_WIDE)
         self.boxes = [w.Checkbox(value=False, description=e, indent=False, layout=_WIDE)
                       for e in q.evidence]
@@ -225,14 +254,39 @@ class FreeText(QuestionWidget):
         lab: str | None = None,
         must_not: Sequence[Any] = (),
     ):
-        q = FreeTextQuestion(qid, question, list(key_points), pass_score, model_answer, hints,
-                             tuple(must_not))
+        self._setup(FreeTextQuestion(qid, question, list(key_points), pass_score, model_answer,
+                                     hints, tuple(must_not)), lab)
+
+    def _setup(self, q: FreeTextQuestion, lab: str | None) -> None:
         self.answer = w.Textarea(placeholder="Your answer, in a sentence or two",
                                  layout=w.Layout(width="100%", height="6em"))
         super().__init__(q, [self.answer], lab)
 
     def _grade(self) -> Feedback:
-        return self.question.grade(self.answer.value)
+        reveal = self.wrong_tries + 1 >= REVEAL_AFTER or self.answer_shown
+        return self.question.grade(self.answer.value, reveal=reveal)
+
+
+_WIDGETS: dict[type, type[QuestionWidget]] = {
+    MultipleChoiceQuestion: MultipleChoice, OrderingQuestion: Ordering,
+    RootCauseQuestion: RootCause, FreeTextQuestion: FreeText,
+}
+
+
+def widget_for(question: Any, lab: str | None = None) -> QuestionWidget:
+    """The widget that shows an already-built question (from the question store).
+
+    >>> q = MultipleChoiceQuestion("w-for", "Largest finite fp16?", ["65504", "65536"], 0)
+    >>> type(widget_for(q)).__name__
+    'MultipleChoice'
+    """
+    kind = _WIDGETS.get(type(question))
+    if kind is None:
+        raise TypeError(f"no widget for {type(question).__name__}; expected one of "
+                        f"{sorted(k.__name__ for k in _WIDGETS)}")
+    shown = kind.__new__(kind)
+    shown._setup(question, lab)
+    return shown
 
 
 def _render(fb: Feedback) -> str:

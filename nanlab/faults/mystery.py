@@ -8,8 +8,13 @@ the same folder. The fault's name is *sealed* in the manifest (encoded, so a gla
 run); it is not encrypted: a student who decodes it has learnt base64, not the SOP.
 For graded work keep the seeds and grade with :func:`reveal`.
 
-The changed configuration stays visible (precision, learning rate, depth...), as it would
-in a real incident: reading it is part of the SOP.
+The configuration stays visible (precision, learning rate, depth...), as it would in a real
+incident: reading it is part of the SOP. Nothing else in the folder names the fault: the
+manifest keeps no mystery seed (``draw(seed)`` would name it), no fault parameters in the
+clear. A learner gets ``MAX_ATTEMPTS`` graded answers (each recorded in the folder's
+``answers.jsonl``), and :func:`run_hints` reads its hints from the run's own record (the
+first bad step, the grad-norm history before it, the loss scale), so they hold for any
+seed.
 
 >>> draw(7) in POOL
 True
@@ -21,17 +26,24 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import random
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
+
+import numpy as np
 
 from nanlab.errors import NanlabError, check_range
 from nanlab.faults import FAULTS, SOP_STEPS, get_fault, run_fault
-from nanlab.record import holds_run, read_manifest
+from nanlab.record import RunRecord, holds_run, read_manifest
 
 SLOW = ("deep_explosion", "sigmoid_chain")  # minutes on a CPU: not for a quick exercise
 POOL: tuple[str, ...] = tuple(name for name in FAULTS if name not in SLOW)
 SEAL_PREFIX = "sealed:v1:"
+MAX_ATTEMPTS = 3
+"""Graded answers a learner gets per mystery folder; each is recorded in ``answers.jsonl``."""
+ANSWERS = "answers.jsonl"
 
 
 def draw(seed: int, pool: Sequence[str] = POOL) -> str:
@@ -97,8 +109,7 @@ def make(seed: int, out_dir: str | Path, *, pool: Sequence[str] = POOL, steps: i
     record = run_fault(name, steps=steps, out_dir=str(out_dir),
                        checkpoint_every=checkpoint_every, stop_when_poisoned=True).record
     record.manifest["fault"] = {"sealed": seal(record.manifest["fault"])}
-    record.manifest["mystery_seed"] = seed
-    record.write_manifest()
+    record.write_manifest()  # no mystery seed in it: draw(seed) would name the fault
     return out_dir
 
 
@@ -128,8 +139,12 @@ def grade(run_dir: str | Path, answer: str) -> str:
     """Feedback on a learner's answer (a fault name or an SOP step key such as ``"lr"``),
     compared case-insensitively, spaces around it trimmed.
 
+    Each graded answer is appended to the folder's ``answers.jsonl``; after
+    ``MAX_ATTEMPTS`` of them, or once one was right, no more are graded (an SOP is not a
+    guessing game). An empty answer is not an attempt.
+
     >>> grade("runs/mystery-7", "lr")  # doctest: +SKIP
-    'right: the SOP step that names it is 3. divide the learning rate by 10'
+    'right (attempt 1 of 3): the SOP step that names it is 3. divide the learning rate by 10'
     """
     truth = reveal(run_dir)
     step_key = get_fault(truth["name"]).reveals
@@ -137,9 +152,135 @@ def grade(run_dir: str | Path, answer: str) -> str:
     if not answer:
         return "no answer given: name the fault, or the SOP step that reveals it " \
                f"({', '.join(SOP_STEPS)})"
-    if answer == truth["name"].lower() or answer == step_key.lower():
-        return f"right: the SOP step that names it is {truth['sop_step']}"
+    past = attempts(run_dir)
+    if any(a["verdict"] == "right" for a in past):
+        return "already answered right; nothing more to grade"
+    if len(past) >= MAX_ATTEMPTS:
+        return (f"no attempts left: {MAX_ATTEMPTS} answers are recorded in {ANSWERS}; "
+                "ask your instructor to reveal the fault")
     names = {n.lower(): n for n in FAULTS}
-    if answer in names and get_fault(names[answer]).reveals == step_key:
-        return f"close: right SOP step ({truth['sop_step']}), but a different fault of it"
-    return "not this one: go through the SOP again, in order, and replay each step"
+    if answer == truth["name"].lower() or answer == step_key.lower():
+        verdict, text = "right", f"the SOP step that names it is {truth['sop_step']}"
+    elif answer in names and get_fault(names[answer]).reveals == step_key:
+        verdict, text = "close", "right SOP step, but a different fault of it"
+    else:
+        verdict, text = "wrong", "go through the SOP again, in order, and replay each step"
+    _record_answer(run_dir, answer, verdict)
+    n = len(past) + 1
+    return f"{verdict} (attempt {n} of {MAX_ATTEMPTS}): {text}"
+
+
+def attempts(run_dir: str | Path) -> list[dict]:
+    """The graded answers recorded in a mystery folder, oldest first.
+
+    >>> attempts("runs/mystery-7")  # doctest: +SKIP
+    [{'time': '...', 'answer': 'lr', 'verdict': 'right'}]
+    """
+    path = Path(run_dir) / ANSWERS
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a damaged line is not an attempt
+        if isinstance(row, dict) and isinstance(row.get("verdict"), str):
+            rows.append(row)
+    return rows
+
+
+def _record_answer(run_dir: str | Path, answer: str, verdict: str) -> None:
+    row = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "answer": answer, "verdict": verdict}
+    with open(Path(run_dir) / ANSWERS, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def run_hints(record: RunRecord, error: str | None = None,
+              error_step: int | None = None) -> list[str]:
+    """Three hints read from a run's own record, concept first: where it broke, what the
+    gradients did before, then where to look next. They hold for any fault and seed.
+
+    ``error``/``error_step``: a crash (``FaultRun.error``), when the run raised.
+
+    >>> run_hints(RunRecord.load("runs/mystery-7"))[0]  # doctest: +SKIP
+    'The first non-finite loss is at step 7 of 200 recorded: ...'
+    """
+    bad = record.first_nonfinite_step
+    n = len(record.steps)
+    if bad is None and error_step is not None:
+        bad = error_step
+        first = (f"The run crashed at step {bad} ({str(error).split(':')[0] or 'an error'}), "
+                 "with finite losses before it: a crash names its step exactly; the cause "
+                 "is in what that step computed.")
+    elif bad is None:
+        losses = record.losses()
+        low = int(np.argmin(losses))
+        first = (f"All {n} recorded losses are finite: the loss went from {losses[0]:.2f} "
+                 f"to {losses[-1]:.2f} (lowest {losses[low]:.2f}, at step {low}): a run "
+                 "that fails to learn or diverges, not a NaN; judge the whole curve.")
+    elif bad == 0:
+        first = ("The loss is non-finite at step 0, before any optimizer update: the "
+                 "learning rate cannot have caused it; the data, the precision or the "
+                 "init acted in that first forward pass.")
+    else:
+        first = (f"The first non-finite loss is at step {bad} of {n} recorded: the cause "
+                 "acts at or before it; everything after it is consequence.")
+    return [first, _grad_hint(record, bad), _where_hint(record, bad)]
+
+
+def grad_decades(record: RunRecord, until: int | None) -> float | None:
+    """Orders of magnitude the global grad norm grew before step ``until`` (None: too
+    little finite history, under 5 steps).
+
+    >>> grad_decades(RunRecord.load("runs/mystery-7"), 40)  # doctest: +SKIP
+    0.4
+    """
+    g = record.column("grad_norm")[:until]
+    g = g[np.isfinite(g) & (g > 0)]
+    if len(g) < 5:
+        return None
+    return float(math.log10(g.max() / g[:max(5, len(g) // 10)].min()))
+
+
+def _grad_hint(record: RunRecord, bad: int | None) -> str:
+    decades = grad_decades(record, bad)
+    before = f"before step {bad}" if bad is not None else "over the run"
+    if decades is None:
+        return (f"There is almost no grad-norm history {before}: the SOP steps that need "
+                "none come first (the batch, the precision, the init and eps).")
+    if decades >= 3:
+        trend = "an explosion that built up over many steps, not one bad batch"
+    elif decades >= 1:
+        trend = "growth, but less than the 3 orders of an explosion"
+    else:
+        trend = "calm: the failure did not build up in the gradients"
+    return f"The global grad norm grew {decades:.1f} orders of magnitude {before}: {trend}."
+
+
+def _where_hint(record: RunRecord, bad: int | None) -> str:
+    scales = record.column("loss_scale")[: bad]
+    scales = scales[np.isfinite(scales)] if scales.dtype.kind == "f" else np.array([])
+    if bad is None:
+        where = ("no step to locate: replay the run with one change at a time (`nanlab "
+                 "diagnose RUN_DIR` does it in SOP order) and compare the curves")
+    else:
+        where = (f"`nanlab locate RUN_DIR --step {bad}` replays that step and names the "
+                 "first op that made a non-finite value; `nanlab diagnose RUN_DIR` runs "
+                 "the SOP")
+    if len(scales):
+        return (f"fp16 with a GradScaler: the loss scale went from {scales[0]:g} to "
+                f"{scales[-1]:g} before the failure. {where}.")
+    return f"{where}."
+
+
+def hints(run_dir: str | Path) -> list[str]:
+    """:func:`run_hints` for a mystery run folder (``nanlab mystery hint``).
+
+    >>> hints("runs/mystery-7")[1]  # doctest: +SKIP
+    'The global grad norm grew 1.3 orders of magnitude over the run: ...'
+    """
+    record = RunRecord.load(run_dir)
+    error, error_step = record.crash
+    return run_hints(record, error, error_step)

@@ -1,6 +1,11 @@
 """The STAR story of the learner's own incident (Situation, Task, Action, Result), with its numbers.
 
-The story is written from a real run (claim I4). The facts are gathered first, as a plain
+The story is written from a real run (claim I4), and says what kind of run it was: when
+the fault was injected on purpose (a ``faults.run_fault`` run), the learner did not have a
+production incident, so the story says "I built a fault-injection harness and reproduced
+..." with their own numbers; only a run with no injected fault (your own) is told as "I
+was training ...". An interviewer who asks "was this in production?" gets the same answer
+the story gave. The facts are gathered first, as a plain
 dict (``incident_facts``, in ``star_facts``), then put into sentences whose wording depends
 on the root cause found (``_CAUSE_WORDS``, in ``star_words``), so the story reads naturally
 for every fault family.
@@ -403,7 +408,11 @@ def _headline(f: dict, words: _Words) -> str:
     size = f"{m['num_params']:,}-parameter" if m["num_params"] else "small"
     what = _problem(f)
     at = f" at step {f['symptom_step']}" if f["symptom_step"] is not None else ""
-    line = f"Diagnosed a {what}{at} of a {size} Transformer as {words.name}"
+    if f["fault"]:
+        line = (f"Built a fault-injection harness; reproduced a {what}{at} of a {size} "
+                f"Transformer (injected `{f['fault']}`) and diagnosed it as {words.name}")
+    else:
+        line = f"Diagnosed a {what}{at} of a {size} Transformer as {words.name}"
     fixed, clean = f["fixed"], f["clean"]
     if f["fix"]:
         line += f", fixed it with `{f['fix']}`"
@@ -431,19 +440,29 @@ def story_from_facts(facts: dict) -> StarStory:
     """
     f = facts
     words = _CAUSE_WORDS.get(f["cause_key"], _CAUSE_WORDS["unknown"])
+    setup = (f"{_model_words(f)} on {_task_words(f)}, in {_precision_words(f)} on "
+             f"{_device_words(f['device'])}, with {_optimizer_words(f)}; seed {f['seed']}, "
+             f"{f['steps_planned']} steps planned.")
+    if f["fault"]:  # a reproduction, told as one: not a production incident
+        opening = (f"I built a fault-injection harness and reproduced a "
+                   f"{_problem(f)} on purpose: I injected the `{f['fault']}` fault into a "
+                   f"known-good run of {setup} A controlled reproduction, not a production "
+                   f"incident: every number below comes from my own runs.")
+    else:
+        opening = f"I was training {setup}"
     situation = " ".join(s for s in [
-        f"I was training {_model_words(f)} on {_task_words(f)}, in {_precision_words(f)} on "
-        f"{_device_words(f['device'])}, with {_optimizer_words(f)}; seed {f['seed']}, "
-        f"{f['steps_planned']} steps planned.",
+        opening,
         _symptom_words(f),
         _jump_words(f),
     ] if s)
     problem = _problem(f)
     mechanism = words.on_error if f["symptom"] == "error" and words.on_error \
         else words.mechanism
+    blind = (" Treat it as an incident: the SOP has to find the cause from the run's record "
+             "and replays, not from the name of what I injected." if f["fault"] else "")
     task = (f"Find the root cause (根因) of the {problem}, not just a workaround; fix it; and "
             f"prove the fix on the same seed against the clean baseline, losing as little "
-            f"training as possible.")
+            f"training as possible.{blind}")
     stop = ""
     if f["symptom"] == "error":
         stop = ("The crash stopped the run; I kept its record and checkpoints as "

@@ -1,0 +1,114 @@
+"""Lab 05 (05_init_depth): its practice questions with their keys, shown by id in the lab."""
+
+from nanlab.course.quiz import (
+    FreeTextQuestion,
+    MultipleChoiceQuestion,
+    OrderingQuestion,
+    RootCauseQuestion,
+)
+from nanlab.course.rubric import KeyPoint
+
+LAB = "05_init_depth"
+
+QUESTIONS = [
+    OrderingQuestion(
+        "05-explosion-order",
+        "Put the events of the deep_explosion run in the order they happened.",
+        ["per-layer grad norms climb by a factor of ten every few steps",
+         "the global grad norm overflows fp32 to inf (every gradient still finite)",
+         "training carries on, weights finite, many of them silently frozen by an "
+         "inf in Adam's v",
+         "the loss is NaN, then the weights are too"],
+        explanation="The climb is visible about 50 steps early; the first non-finite "
+        "numbers are the norm's inf and Adam's v; the loss turns NaN tens of steps later.",
+        hints=["Which of these could a grad-norm monitor see first?"],
+    ),
+    MultipleChoiceQuestion(
+        "05-he-no-norm",
+        "He (Kaiming) init, std sqrt(2 / fan_in), in a 6-block residual Transformer "
+        "with no LayerNorm. What did the first step look like?",
+        ["a loss of about 1e4 and a grad norm of about 1e6: the forward pass had "
+         "already blown up",
+         "a NaN loss at step 0",
+         "a normal start near ln(vocab); the problem shows only after many steps",
+         "vanishing gradients: a grad norm below 0.1"],
+        answers=0,
+        explanation="He keeps a plain ReLU layer's variance constant; residual blocks "
+        "add to the stream and nothing rescales it, so the scale compounds over the "
+        "depth. Finite, but far from a sane start. The 0.02 init is the one with a tiny "
+        "gradient; std 1.0 is the one that is NaN at step 0.",
+        hints=["Section 4's table: the 6-block rows."],
+    ),
+    RootCauseQuestion(
+        "05-mystery-stall",
+        "Mystery: a new model's loss sits at ln(vocab) for 2,000 steps. No NaN, no inf. "
+        "What is the root cause? Tick the evidence that supports it.",
+        ["dirty data", "learning rate too high", "fp16 overflow", "bad init",
+         "dead activations"],
+        answer="dead activations",
+        evidence=["the per-layer grad norm is exactly 0 for every layer before the last MLP",
+                  "the MLPs' first-layer biases are all about -10",
+                  "the loss never goes above its starting value",
+                  "the batches are clean",
+                  "the run is in fp32"],
+        supporting=["the per-layer grad norm is exactly 0 for every layer before the last MLP",
+                    "the MLPs' first-layer biases are all about -10"],
+        explanation="Exact zeros are the fingerprint of a dead ReLU (its slope is 0 for "
+        "negative inputs); a bias of -10 makes every input negative. A high LR or bad "
+        "data would not give exact zeros; clean batches and fp32 only rule things out.",
+        hints=["A small gradient and a zero gradient are different findings.",
+               "What does ReLU do to the gradient of a negative input?"],
+    ),
+    FreeTextQuestion(
+        "05-deep-nan-interview",
+        "Interview: 'Our 6-layer model without LayerNorm trains for a hundred steps, "
+        "then the loss is NaN. How do you find the cause and prove the fix?' Answer in "
+        "three to five sentences.",
+        key_points=[
+            KeyPoint("read the per-layer grad-norm history",
+                     ("grad norm", "gradient norm", "per-layer", "per layer", "梯度范数"),
+                     "say which record you read first"),
+            KeyPoint("it climbs by orders of magnitude: gradient explosion",
+                     ("orders of magnitude", "explod", "exponential", "climb", "grow",
+                      "梯度爆炸"),
+                     "say what shape the history has"),
+            KeyPoint("find the first inf (replay / locate), inf before NaN",
+                     ("inf", "first non-finite", "replay", "locate", "hook"),
+                     "say how you find where the first bad number was made"),
+            KeyPoint("fix the architecture / init: LayerNorm, residual, small init",
+                     ("layernorm", "layer norm", "normaliz", "normalis", "residual",
+                      "pre-ln", "init", "归一化"),
+                     "name the cure"),
+            KeyPoint("prove it: same seed, loss at the same step vs a clean run",
+                     ("same seed", "same step", "clean run", "baseline", "相同种子"),
+                     "say how you prove the fix"),
+        ],
+        model_answer="First I read the per-layer grad norms in the run's record: they "
+        "climb by a factor of ten every few steps, in every layer, for tens of steps "
+        "before anything is non-finite, which is gradient explosion. I replay the first "
+        "non-finite step from the last checkpoint with hooks on to find the first inf: "
+        "here the global grad norm overflowed fp32 while every gradient was still finite, "
+        "and the loss only went NaN later. The cause is a deep stack with nothing "
+        "rescaling the residual stream, so I put LayerNorm back (pre-LN blocks with "
+        "residuals and a small init). I prove it with the same seed: no inf, flat grad "
+        "norms, and the loss at the same step compared with a clean run.",
+        hints=["What did the record show before the first inf?",
+               "Which change did the proof keep the same, and which did it change?"],
+    ),
+    MultipleChoiceQuestion(
+        "05-pretrained-shield",
+        "A colleague fine-tunes a pretrained model with a fresh AdamW, no warmup, at 2x "
+        "the usual LR: 'pretrained weights are stable, it will be fine.' What did the "
+        "toy show?",
+        ["the loss jumped to many times its start in the first steps, higher than the "
+         "random-init run ever went, then came partly back",
+         "the pretrained run stayed near its starting loss",
+         "the pretrained run went NaN",
+         "the pretrained run and the random run were identical after 40 steps"],
+        answers=0,
+        explanation="AdamW's first steps move every weight by about the LR whatever "
+        "the start: a pretrained start is a head start, not a shield. Use a smaller LR "
+        "and warmup for fine-tunes.",
+        hints=["Section 6c: compare the peaks, not only the ends."],
+    ),
+]

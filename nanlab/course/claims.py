@@ -52,8 +52,11 @@ class Claim:
 
 # What the labs measured, one line per claim (CPU, one torch thread, seed 0).
 FOUND = {
-    "C1": "deep_explosion: the global grad norm climbs from about 1 to inf (step 78); "
-          "AdamW's exp_avg_sq overflows with it; the loss itself is NaN only at step 119.",
+    "C1": "deep_explosion (6 blocks, no LayerNorm, AdamW at a constant 0.015, beta2 "
+          "0.99): every layer's grad norm climbs by more than 8 powers of ten over about "
+          "a hundred steps until the global norm is inf (Lab 05 checks steps 60-160); "
+          "AdamW's exp_avg_sq overflows with it; the loss itself turns NaN tens of steps "
+          "later.",
     "C2": "A 10x LR for one step spikes the loss one step later and it recovers within "
           "20-80 steps; AdamW at 0.1 stalls finite far above the clean loss, its grad norm "
           "below the clean run's; at LR 0.02 no warmup never learns with beta2 0.95 or "

@@ -17,7 +17,7 @@ window of steps ``[start, end)`` in which something is wrong.
   for a divergence that stays finite, the end of the run;
 - the two myth faults (dead ReLU, sigmoid chain) stall; no spike rule is meant to see a
   stall, so their steps are not scored; nor are those of a fault meant to end in a NaN
-  that did not fire in this run (``deep_explosion`` at its default LR is on the edge).
+  that did not fire in this run (a fault on the edge, on some CPU).
 
 **Scoring, one step at a time.** Non-finite steps are never scored: every system checks
 for NaN with a rule of its own (Megatron-LM's ``check_for_nan_in_loss_and_grad``, nanlab's

@@ -316,8 +316,8 @@ print("scale at the last step below 1:", scale[-1] < 1)
 # - **After it**, the loss itself is inf. The scaler cannot tell that from a
 #   gradient overflow: it skips and halves at every step, the weights stay frozen,
 #   and the next step overflows again. PyTorch's GradScaler has no floor;
-#   DeepSpeed stops with "Current loss scale already at minimum" (requested in
-#   gpt-neox issue #291, "Abort runs if loss scale gets stuck at minimum").
+#   DeepSpeed stops with "Current loss scale already at minimum" (gpt-neox issue
+#   #291 asked for that abort; it was fixed in EleutherAI's DeeperSpeed fork).
 #
 # BLOOM's 104B fp16 trials kept diverging (bigscience-workshop/bigscience,
 # `train/tr8-104B-wide/chronicles.md`); the 176B model trained in bf16, one of five

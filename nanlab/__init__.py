@@ -21,6 +21,8 @@ The library, the modules the labs import most at the top:
 - ``nanlab.cures``       adaptive cures on any optimizer and model: ZClip, StableAdamW's update
   clipping, SPAM's spike clipping, Gemma 2's logit soft-capping
 - ``nanlab.errors``      errors that say what was wrong, the value, and what is allowed
+- ``nanlab.numerics``    numbers the course quotes, computed once: the gradient below which
+  fp16 Adam's v is 0, Kingma & Ba's bound on an Adam step
 - ``nanlab.distributed`` data-parallel training on the CPU, every rank guarded alike
 - ``nanlab.cli``         the ``nanlab`` command line, its exit codes
 - ``nanlab.cli_parse``   typed values for the command line: ``--config`` and ``--set``

@@ -339,14 +339,16 @@ print("every weight moved by between 0.9 x LR and LR:",
 # reached by a gradient that was 0 for long and is suddenly large: `m` takes
 # `(1 − β1)·g` at once, `v`, remembering the quiet steps, only `(1 − β2)·g²`.
 # PyTorch's betas (0.9, 0.999) give 0.1 / √0.001 ≈ 3.16 lr; β2 = 0.95 (nanlab's
-# `TrainConfig`, `nanlab/config.py`) gives 0.1 / √0.05 ≈ 0.45. "Adam moves each weight
-# by at most about the LR", which this course leans on, is a property of β2 = 0.95,
-# not of Adam. A `v` lagging a sudden gradient change is one account of Adam-driven
+# `TrainConfig`) gives 0.1 / √0.05 ≈ 0.45 (`nanlab.numerics.adam_step_bound`). "Adam
+# moves each weight by at most about the LR" is a property of β2 = 0.95, not of Adam. A `v` lagging a sudden gradient change is one account of Adam-driven
 # loss spikes: Wortsman et al. 2023 (section 4, citing Shazeer & Stern and Cohen et
 # al.) note that lowering β2 removes them. Measured after 3000 quiet steps (ε = 1e-12,
 # so no 0 / 0):
 
 # %%
+from nanlab.numerics import adam_step_bound
+
+
 def worst_adam_step(betas, quiet_steps=3000, lr=1.0):
     """The size of the Adam step on a gradient of 1 after `quiet_steps` zero gradients."""
     w = torch.nn.Parameter(torch.zeros(1))
@@ -364,7 +366,7 @@ torch_betas = torch.optim.Adam([torch.zeros(1)]).defaults["betas"]
 nanlab_betas = (TrainConfig().beta1, TrainConfig().beta2)
 steps_seen = {}
 for name, betas in (("PyTorch default", torch_betas), ("nanlab TrainConfig", nanlab_betas)):
-    bound = max(1.0, (1 - betas[0]) / math.sqrt(1 - betas[1]))
+    bound = adam_step_bound(*betas)  # max(1, (1 - beta1) / sqrt(1 - beta2))
     steps_seen[name] = (worst_adam_step(betas), bound)
     print(f"{name:18} betas {betas}: step after the quiet stretch "
           f"{steps_seen[name][0]:.3f} x lr, bound {bound:.3f} x lr")

@@ -316,12 +316,13 @@ print("scale at the last step below 1:", scale[-1] < 1)
 # - **After it**, the loss itself is inf. The scaler cannot tell that from a
 #   gradient overflow: it skips and halves at every step, the weights stay frozen,
 #   and the next step overflows again. PyTorch's GradScaler has no floor;
-#   DeepSpeed stops with "Current loss scale already at minimum", and gpt-neox
-#   users asked for exactly that abort.
+#   DeepSpeed stops with "Current loss scale already at minimum" (gpt-neox issue
+#   #291 asked for that abort; it was fixed in EleutherAI's DeeperSpeed fork).
 #
-# BLOOM's 104B fp16 attempts died this way (the loss scale collapsed and the runs
-# diverged); the 176B model was trained in bf16 instead. **Log the loss scale, and
-# alert when it keeps falling.**
+# BLOOM's 104B fp16 trials kept diverging (bigscience-workshop/bigscience,
+# `train/tr8-104B-wide/chronicles.md`); the 176B model trained in bf16, one of five
+# changes its notes credit, without an ablation (`train/tr11-176B-ml/chronicles.md`).
+# **Log the loss scale, and alert when it keeps falling.**
 #
 # **Exercise 1 · the update rule.** Write `next_scale`, the rule of
 # `GradScaler.update()`: on an overflow step, multiply by `backoff` and reset the
@@ -522,11 +523,20 @@ print("1e-4 squared in fp16:", (torch.tensor(1e-4).half() ** 2).item())
 # %% [markdown]
 # The eps is 0, and `v`, the running mean of squared gradients, is 0 for any
 # small enough gradient: at the first step `v = (1 - β2) · g²`, and fp16 rounds
-# anything below half its smallest number (2^-25, about 3e-8) to 0. With the toy's
-# β2 = 0.95 that is every `|g|` below √(2^-25 / 0.05) ≈ 7.7e-4; with PyTorch's
-# default β2 = 0.999, every `|g|` below about 5.5e-3. Then the update
-# `m / (√v + eps)` is `m / 0`. One AdamW step on four fp16 weights with gradients
-# 1e-2, 1e-4, 1e-6 and 0:
+# anything up to half its smallest number (2^-25, about 3e-8) to 0: every `|g|`
+# below √(2^-25 / (1 - β2)). `nanlab.numerics.adam_v_underflow_grad` computes it
+# (the interview bank and cheat sheet quote the same function):
+
+# %% tags=["nbval-check-output"]
+from nanlab.numerics import adam_v_underflow_grad
+
+for beta2, who in ((0.95, "the toy's TrainConfig"), (0.999, "PyTorch's default")):
+    print(f"beta2 = {beta2} ({who}): v = 0 for |g| below "
+          f"{adam_v_underflow_grad(beta2):.2g}")
+
+# %% [markdown]
+# Then the update `m / (√v + eps)` is `m / 0`. One AdamW step on four fp16 weights
+# with gradients 1e-2, 1e-4, 1e-6 and 0:
 
 # %% tags=["nbval-check-output"]
 def one_adam_step(eps):
@@ -678,9 +688,9 @@ practice("04-underflow-overflow")
 #   **6e-8**; bf16: fp32's range, 8 bits of precision.
 # - Autocast keeps **fp32 weights**; its fp32 op list depends on the device:
 #   write hand-made losses in fp32 or use the stable built-ins.
-# - An `inf` loss, then `NaN` gradients: a forward overflow (here at step ~87).
+# - An `inf` loss, then `NaN` gradients: a forward overflow.
 # - The **GradScaler cures underflow** and skips rare overflow steps; a **forward
-#   overflow** makes its scale collapse (BLOOM's fp16 runs). Log the scale.
+#   overflow** makes its scale collapse. Log the scale.
 # - A NaN that goes away is not a fix: plain fp16 "survived" by learning less.
 # - **Adam eps 1e-8 is 0 in fp16**: keep optimizer state in fp32, or use bf16.
 # - `torch.amp.autocast(device_type=...)`, `torch.amp.GradScaler(device)`,

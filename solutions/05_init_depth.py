@@ -674,7 +674,9 @@ print("every activation below 1000 (nothing near an overflow):",
 # branches): Fishman et al. 2024 ("Scaling FP8 training to trillion-token LLMs",
 # arXiv 2409.12517) traced the divergence of FP8 runs of a 7B model, only after
 # about 200B tokens, to SwiGLU outlier amplification, fixed by a rescaled
-# Smooth-SwiGLU. That needs a long run and low precision; this toy has neither.
+# Smooth-SwiGLU. What was shown: SwiGLU *with FP8*, over a long run; their BF16
+# baseline of the same model trained normally, and squared ReLU was not tested.
+# That needs a long run and low precision; this toy has neither.
 #
 # ## 6. Optimizers and pretrained weights
 # ### 6a. AdamW vs SGD on the deep stack

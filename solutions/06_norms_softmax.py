@@ -458,9 +458,13 @@ print("sin(inf)  =", torch.sin(inf).item(), "  (section 6)")
 #
 # - **`stable_softmax`**: subtract the row max (section 3);
 # - **`qk_norm`** (QK-LayerNorm): a LayerNorm on each head's queries and keys before
-#   `q · k`, used by large runs since Dehghani et al. 2023 (ViT-22B); Wortsman et
-#   al. 2023 found that runs whose attention logits grew past about 1e4 diverged,
-#   and that QK-LayerNorm prevents that growth;
+#   `q · k`, used by large runs since Dehghani et al. 2023 (ViT-22B). At scale the
+#   failure is not an fp16 overflow: growing logits make the softmax
+#   nearly one-hot, *attention entropy collapse* (Zhai et al. 2023, "Stabilizing
+#   Transformer training by preventing attention entropy collapse"), and the loss
+#   diverges. Wortsman et al. 2023 ("Small-scale proxies for large-scale Transformer
+#   training instabilities") reproduce it at small scale (section 3.1.1); all their
+#   runs whose max attention logit passed 1e4 diverged (section 3.3, Figure 9);
 # - **`z_loss`**: an extra loss `1e-4 · (log Z)²`, `Z = Σ exp(logit)` being the
 #   **output** layer's softmax normaliser (PaLM).
 #
@@ -526,7 +530,7 @@ print("qk_norm: every score stays below 11.09:",
 #   harmlessly, since `exp` only sees `x − max ≤ 0`: the real fix, free in a fused
 #   attention kernel.
 # - **qk_norm** stops the growth that the high LR causes (the clean run's scores
-#   stay small; Wortsman et al. saw it in large runs): `q · k / sqrt(d)` of
+#   stay small; Dehghani et al. met it at 22B): `q · k / sqrt(d)` of
 #   normalised q and k is at most about `sqrt(d)` = 4 here (head size 16) times the
 #   learned norm gains, below 11.09 even with the naive softmax. At scale it bounds
 #   attention logits at a high LR, whatever the softmax.
@@ -535,9 +539,13 @@ print("qk_norm: every score stays below 11.09:",
 #
 # ### What z-loss does act on
 # Cross-entropy sees only *differences* between logits, so the whole logit vector,
-# and `log Z`, can drift upwards: the quantity that overflowed Lab 04's hand-written
-# fp16 loss at 11.09. z-loss pulls `log Z` towards 0. The batch's largest `log Z`
-# (fp32) in the clean run: no z-loss, PaLM's 1e-4, 100x that:
+# and `log Z`, is free to drift, up or down. Wortsman et al. 2023 (section 3.1.2,
+# Figure 4) describe the large-run failure: late in training the output logits
+# diverge to very negative values, `log Z` far below 0, with no overflow involved.
+# They do not name the mechanism; a likely one is precision: far from 0, bf16 values
+# are coarse (4 apart near 1000), and the small differences between logits round
+# away. z-loss pulls `log Z` towards 0. The batch's largest `log Z` (fp32) in the
+# clean run: no z-loss, PaLM's 1e-4, 100x that:
 
 # %%
 def watch_log_z(store):
@@ -578,8 +586,8 @@ print("weight 1e-2: log Z at step 59 more than 2 below no z-loss:",
 
 # %% [markdown]
 # 1e-4 barely moves `log Z` here. PaLM used it over hundreds of thousands of steps,
-# to stop the output logits drifting over a long run (Wortsman et al. saw
-# output-logit divergence without weight decay, and z-loss fixed it), not to rescue
+# to stop the output logits drifting over a long run (Wortsman et al. saw the
+# divergence in runs without weight decay, and z-loss removed it), not to rescue
 # a run in a few steps. (Try Lab 04's fault: `run_fault("fp16_overflow",
 # z_loss=..., steps=140, decay_steps=200)`, about 10 s a run.)
 #

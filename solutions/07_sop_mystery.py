@@ -283,10 +283,11 @@ fig = plot_compare({"fp16 (the incident)": record,
 # went on diverging (fp16 had only made the LR's damage visible). Here two facts make it
 # proof:
 #
-# - **bf16 is healthy too.** It rounds *more coarsely* than fp16 and has no scaler; it
-#   shares only the range with fp32. So the range is what matters.
-# - **`locate` showed the mechanism**: exponentials summing past 65504, in the loss, at
-#   the failing step.
+# - **bf16 is healthy too.** It rounds *more coarsely* than fp16, so rounding is
+#   ruled out. But it shares two things with fp32, the range and the absence of a
+#   scaler: this replay alone cannot tell range from scaler.
+# - **`locate` decides it**: exponentials summing past 65504, in the loss, at the
+#   failing step: a range problem, which no scaler setting removes.
 #
 # **LR ÷ 10: finite, not healthy**, Lab 03's trap in mirror image. Learning far more
 # slowly (final loss well above the clean run's), the model keeps its logits small, and
@@ -635,8 +636,8 @@ practice("07-incident-report")
 # - **The SOP, cheap to expensive**: data → AMP off → LR ÷ 10 → grad norms → init / eps,
 #   one change per replay, stopping at the first that explains the failure.
 # - **A replay counts when the run is finite and learning.** AMP off was a hint (range,
-#   rounding and scaler at once); bf16 and `locate` made it proof. LR ÷ 10 only
-#   postponed the symptom.
+#   rounding and scaler at once); bf16 ruled out rounding, `locate` showed the range.
+#   LR ÷ 10 only postponed the symptom.
 # - **Prove the fix**: same seed, same step as the clean run. `diagnose` automates all
 #   of it.
 #

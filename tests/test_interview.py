@@ -516,6 +516,22 @@ def test_cheat_sheet_numbers_terms_and_length():
     assert len(sheet.splitlines()) <= 70  # one page
 
 
+
+def test_adam_numbers_in_bank_and_cheat_sheet_come_from_one_function(bank):
+    """The fp16 Adam-v threshold and Kingma & Ba's step bound are quoted as
+    nanlab.numerics computes them (Lab 04 and Lab 03 print the same functions)."""
+    from nanlab.numerics import adam_step_bound, adam_v_underflow_grad
+
+    sheet = cheat_sheet()
+    eps_answer = get_question("adam-eps-fp16", bank).answer
+    for beta2 in (0.95, 0.999):
+        quoted = f"{adam_v_underflow_grad(beta2):.1e}".replace("e-0", "e-")  # 7.7e-4, 5.5e-3
+        assert quoted in sheet and quoted in eps_answer, quoted
+    assert "sqrt(2^-25 / (1 - b2))" in sheet
+    bound = f"{adam_step_bound(0.9, 0.999):.2f}"  # 3.16
+    assert bound in sheet and bound in get_question("lr-adam-bounded", bank).answer
+    assert adam_step_bound(0.9, 0.95) == 1.0
+
 # ------------------------------------------------------------------------------ STAR story
 
 STORY_STEPS = 60  # long enough to pass the failure at step 40 and learn; short for CI

@@ -64,7 +64,7 @@ FOUND = {
     "C3": "One NaN feature at step 40: NaN loss at 40, every weight NaN after its update; a "
           "zero std gives 0 / 0; an illegal label crashes loudly (IndexError) on one "
           "device (Megatron-LM's vocab-parallel loss would mask it silently).",
-    "C4": "Dead ReLU and sigmoid chains stall (loss stays near 3.5) and never make NaN "
+    "C4": "Dead ReLU and sigmoid chains stall (loss stays near 3.5) and make no NaN "
           "(untested: SwiGLU or squared ReLU, which can amplify outliers); "
           "positions past 65504 become inf in pure fp16 (NaN at step 0); in pure bf16 "
           "positions 70000-70031 all round to 70144: no NaN, no position either.",
@@ -135,7 +135,8 @@ FOUND = {
     "W2": "Dead ReLU: exact-zero gradients, a flat loss, no NaN; sigmoid chain: block 0's "
           "gradient millions of times smaller than block 7's, no overflow. Dead or "
           "saturating activations only: unbounded, multiplicative ones are not tested "
-          "(an FP8 divergence was traced to SwiGLU, Fishman et al. 2024).",
+          "(Fishman et al. 2024 traced a 7B model's FP8 divergence after about 200B "
+          "tokens to SwiGLU; its BF16 baseline trained normally).",
     "W3": "AMP off turned high_lr's NaN into a finite divergence (loss above 2.5, clean "
           "0.02); LR / 10 kept in fp16 cures it: the LR was the cause.",
     "W4": "bf16 without a scaler cures fp16_overflow; for position_overflow it works "

@@ -50,7 +50,7 @@ QUESTIONS = [
                     "locate: the first inf is made by aten.sum inside the loss",
                     "the same run in bf16 trains past step 4,210 normally"],
         explanation="An inf loss is a forward-pass overflow; locate names the op; bf16 "
-        "removing it with everything else unchanged is the controlled replay. The halving "
+        "(fp32's range, no scaler) removing it confirms the range. The halving "
         "scale is the scaler's reaction, not a cause; a steady grad norm argues against "
         "a too-high LR but does not name the cause.",
         hints=["Is the loss scale a cause or a symptom?",

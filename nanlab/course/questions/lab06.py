@@ -102,7 +102,7 @@ QUESTIONS = [
         model_answer="QK-LayerNorm normalises the queries and keys of each head before "
         "their dot product, so the attention logits stay bounded even at a high learning "
         "rate. z-loss adds a small penalty on log Z, the log of the output softmax's "
-        "normaliser, so the output logits cannot drift upwards; it does not act on "
+        "normaliser, so the output logits cannot drift far from 0; it does not act on "
         "attention at all. For growing attention logits I would first locate the overflow "
         "and make sure the softmax subtracts the max (or use the fused kernel), then add "
         "QK-LayerNorm; z-loss is for the output layer.",

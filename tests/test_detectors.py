@@ -134,8 +134,8 @@ def test_zclip_nan_poisons_the_ema_for_ever():
 
 # --- nanlab: z > 6 over 20 finite values and >= 1.5x the mean --------------------------
 def test_nanlab_warm_up_one_sided_and_the_relative_gate():
-    assert not replay(Nanlab(), wobble(19) + [100.0])[-1]
-    assert replay(Nanlab(), wobble(20) + [100.0])[-1]
+    assert not replay(Nanlab(), wobble(3) + [100.0])[-1]  # WARMUP = 4 finite values
+    assert replay(Nanlab(), wobble(4) + [100.0])[-1]
     assert not replay(Nanlab(), wobble(30) + [0.0])[-1]
     # a flat stretch: a tiny wobble has a huge z but is not 1.5x the mean
     assert not replay(Nanlab(), [1.0] * 30 + [1.4])[-1]

@@ -296,10 +296,25 @@ def best(scores: Sequence[Score], max_false: float = MAX_FALSE_ALARMS) -> Score 
     if not ok:
         return None
 
-    def key(s: Score):
-        lead = s.median_lead if not math.isnan(s.median_lead) else -1.0
-        return (s.recall, lead, -s.false_per_1000)
-    return max(ok, key=key)
+    return max(ok, key=_rank)
+
+
+def _rank(s: Score) -> tuple[float, float, float]:
+    lead = s.median_lead if not math.isnan(s.median_lead) else -1.0
+    return (s.recall, lead, -s.false_per_1000)
+
+
+def tied_best(scores: Sequence[Score], max_false: float = MAX_FALSE_ALARMS) -> list[str]:
+    """Every rule as good as :func:`best` on recall, lead and false alarms (the table
+    names them all: a tie has no winner).
+
+    >>> a, b = Score("a", "", "", 1, 2, 1, 0, 1000, []), Score("b", "", "", 1, 2, 1, 0, 1000, [])
+    >>> tied_best([a, b])
+    ['a', 'b']
+    """
+    top = best(scores, max_false)
+    return [] if top is None else [s.rule for s in scores if s.detectable and
+                                   s.false_per_1000 <= max_false and _rank(s) == _rank(top)]
 
 
 @dataclass
@@ -334,7 +349,8 @@ class Table:
                            "healthy_steps": self.healthy_steps},
                 "seconds": {"corpus": round(self.seconds_corpus, 1) if self.made else None,
                             "replay": round(self.seconds_replay, 2)},
-                "best": b.rule if b else None, "max_false_alarms_per_1000": MAX_FALSE_ALARMS,
+                "best": b.rule if b else None, "best_tied": tied_best(self.scores),
+                "max_false_alarms_per_1000": MAX_FALSE_ALARMS,
                 "rules": [s.row() for s in self.scores]}
 
     def text(self) -> str:
@@ -348,7 +364,7 @@ class Table:
             lines.append(f"{s.rule:<17}{fmt(s.recall, '.2f'):>8}{fmt(s.precision, '.2f'):>11}"
                          f"{fmt(s.false_per_1000, '.1f'):>10}{fmt(s.median_lead, '.0f'):>7}"
                          f"  {s.summary}")
-        b = self.best
+        tied = tied_best(self.scores)
         lines += ["",
                   f"corpus ({self.size}): {self.runs} runs, {self.steps} steps, "
                   f"{self.incidents} incidents scored (+{self.instant} instant: NaN with the "
@@ -356,7 +372,8 @@ class Table:
                   (f"time: corpus {self.seconds_corpus:.1f} s, " if self.made else "time: ")
                   + f"replay of every rule {self.seconds_replay:.2f} s",
                   f"best (highest recall at <= {MAX_FALSE_ALARMS:g} false alarms per 1,000 "
-                  f"healthy steps): {b.rule if b else 'none'}"]
+                  f"healthy steps): {', '.join(tied) or 'none'}"
+                  + (" (tied)" if len(tied) > 1 else "")]
         return "\n".join(lines)
 
 

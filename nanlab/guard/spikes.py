@@ -15,7 +15,9 @@ from nanlab.errors import check_range
 
 WINDOW = 20  # OLMo-core looks back 128 steps of a 10^5-step run; here 20 = 10 % of the run.
 #              A longer window would mix losses 10x apart while the loss falls fast.
-WARMUP = 20  # finite values seen before the detector may fire (the LR warmup is 20 steps)
+WARMUP = 4  # finite values seen before the detector may fire. On the labelled corpus
+#             (nanlab detectors) 4 and 20 both raise no false alarm, but 20 is blind to a
+#             run that diverges from step 0: it fires 10-16 steps later (deep_explosion).
 Z = 6.0  # OLMo-core's 6 sigma. Measured: the clean run's loss never passes z = 1.5
 #          (seeds 0-3), the lr_jump spike reaches z = 53.
 RTOL = 0.5  # and the value must be more than (1 + rtol) x the window mean: on a flat

@@ -104,8 +104,12 @@ def sensitivity_test(got):
 
 check("my_sensitivity", lambda: [my_sensitivity(*case) for case in CASES],
       test=sensitivity_test,
-      hints=["Replace each loss by min(loss, initial_loss); a NaN becomes initial_loss.",
-             "math.isfinite tells NaN and inf apart from a number; the best is the min."])
+      hints=["A diverged run counts as if it never trained: its loss is the loss at "
+             "initialisation, and a finite loss above that is capped there too.",
+             "Section 1's definition: average the capped losses over the whole grid, then "
+             "subtract the best finite loss; math.isfinite tells NaN and inf from numbers.",
+             "`capped = [min(x, initial_loss) if math.isfinite(x) else initial_loss for x in "
+             "final_losses]`, then `sum(capped) / len(capped) - best`"])
 
 # %% [markdown]
 # ## 2. The sweep: seven LRs, six recipes

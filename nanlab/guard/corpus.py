@@ -292,11 +292,13 @@ def best(scores: Sequence[Score], max_false: float = MAX_FALSE_ALARMS) -> Score 
     >>> best([a, b]).rule   # b catches more, but raises 5 false alarms per 1,000 steps
     'a'
     """
-    ok = [s for s in scores if s.false_per_1000 <= max_false and s.detectable]
-    if not ok:
-        return None
+    ok = _eligible(scores, max_false)
+    return max(ok, key=_rank) if ok else None
 
-    return max(ok, key=_rank)
+
+def _eligible(scores: Sequence[Score], max_false: float) -> list[Score]:
+    """The rules under the false-alarm bar that had an incident to catch."""
+    return [s for s in scores if s.false_per_1000 <= max_false and s.detectable]
 
 
 def _rank(s: Score) -> tuple[float, float, float]:
@@ -313,8 +315,8 @@ def tied_best(scores: Sequence[Score], max_false: float = MAX_FALSE_ALARMS) -> l
     ['a', 'b']
     """
     top = best(scores, max_false)
-    return [] if top is None else [s.rule for s in scores if s.detectable and
-                                   s.false_per_1000 <= max_false and _rank(s) == _rank(top)]
+    return [] if top is None else [s.rule for s in _eligible(scores, max_false)
+                                   if _rank(s) == _rank(top)]
 
 
 @dataclass

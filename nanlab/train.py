@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 
 from nanlab.batches import to_device
 from nanlab.checkpoint import CheckpointStore, safe_load
-from nanlab.config import TrainConfig
+from nanlab.config import RESUMABLE, TrainConfig
 from nanlab.data import IGNORE_INDEX, CountingTask
 from nanlab.errors import NanlabError, check_choice, check_range, error_line
 from nanlab.model import GPT
@@ -240,6 +240,29 @@ def stop_if_poisoned(trainer: Trainer, info: StepInfo) -> None:
 _stop_when_poisoned = stop_early()
 
 
+def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
+    """The fewest updates any parameter's optimizer state has seen: Adam's ``step``, or
+    1 for a state without a count (SGD's momentum buffer); 0 when some parameter has no
+    state at all (a fresh optimizer, or one whose state was never loaded).
+
+    >>> net = nn.Linear(2, 1)
+    >>> opt = torch.optim.AdamW(net.parameters())
+    >>> optimizer_steps(opt)
+    0
+    >>> net(torch.ones(1, 2)).sum().backward(); opt.step()
+    >>> optimizer_steps(opt)
+    1
+    """
+    counts = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            if not state:
+                return 0
+            counts.append(int(state["step"]) if "step" in state else 1)
+    return min(counts, default=0)
+
+
 class Trainer:
     """Trains any model on any batch source; see the module docstring.
 
@@ -294,6 +317,7 @@ class Trainer:
         self.skip_batches: set[int] = set()  # batch indices never to train on
         self.stop_requested = False
         self.stop_reason = ""
+        self._restarted = False  # config.restart_at has happened
         self.callbacks: dict[str, list[Callable]] = {e: [] for e in EVENTS}
         self.checkpoints = CheckpointStore(
             Path(config.out_dir) / "checkpoints" if config.out_dir else None)
@@ -401,13 +425,27 @@ class Trainer:
             state["rng_cuda"] = torch.cuda.get_rng_state(self.device)
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, skip: tuple[str, ...] = ()) -> None:
+        """Load a checkpoint's state. ``skip`` names the parts left fresh (a resume that
+        forgets them, see ``TrainConfig.resume_skips``): "optimizer" clears the optimizer's
+        state, as a newly built AdamW holds none (m = v = 0, step 0 on its first update);
+        "scheduler" puts the LR schedule back at step 0 (warmup again, then the peak)."""
+        for part in skip:
+            check_choice("skip", part, RESUMABLE)
         self.step = int(state["step"])
         self.data_position = int(state["data_position"])
         self.lr_scale = float(state["lr_scale"])
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        if "optimizer" in skip:
+            self.optimizer.state.clear()  # what a fresh optimizer holds: no state at all
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" in skip:
+            self.scheduler.last_epoch = 0  # a fresh LambdaLR: step 0 of the schedule
+        else:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if skip:  # the LR a rebuilt optimizer gets from the schedule it is given
+            self.set_lr_scale(self.lr_scale)
         torch.set_rng_state(state["rng_cpu"])
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
@@ -428,6 +466,33 @@ class Trainer:
                 raise NanlabError(f"checkpoint file {str(source)!r} does not exist")
             state = safe_load(source)
         self.load_state_dict(state)
+
+    def restart(self) -> dict:
+        """A job restart before this step (``TrainConfig.restart_at``): save a checkpoint
+        (``torch.save``), then resume from it as a new process would
+        (``torch.load(weights_only=True)``), leaving fresh what ``config.resume_skips``
+        names. A "restart" event records what the resumed state holds, measured on the
+        objects themselves: Adam's step count (0: a fresh optimizer), the schedule's step
+        and the LR; returns that event.
+
+        >>> trainer = Trainer(TrainConfig(steps=4, restart_at=2, resume_skips=("optimizer",),
+        ...                               progress=False))
+        >>> _ = trainer.run()
+        >>> e = trainer.record.events[0]
+        >>> e["kind"], e["step"], e["optimizer_steps"], e["schedule_step"]
+        ('restart', 2, 0, 2)
+        """
+        if self.step not in self.checkpoints.steps():
+            self.save_checkpoint()
+        skips = tuple(self.config.resume_skips)
+        self.load_state_dict(self.checkpoints.load(self.step), skip=skips)
+        self._restarted = True
+        facts = {"checkpoint": self.step, "fresh": list(skips),
+                 "optimizer_steps": optimizer_steps(self.optimizer),
+                 "schedule_step": int(self.scheduler.last_epoch),
+                 "lr": float(self.optimizer.param_groups[0]["lr"])}
+        self.record.log_event("restart", self.step, **facts)
+        return {"kind": "restart", "step": self.step, **facts}
 
     # -- the loop ------------------------------------------------------------------
     def autocast(self):
@@ -598,6 +663,8 @@ class Trainer:
             while self.step < c.steps and not self.stop_requested:
                 if c.checkpoint_every and self.step % c.checkpoint_every == 0:
                     self.save_checkpoint()
+                if c.restart_at and self.step == c.restart_at and not self._restarted:
+                    self.restart()  # once: a rollback past it does not restart again
                 info = self.train_step()
                 bar.update(self.step - bar.n)  # may go back: a rollback rewinds the step
                 if c.progress and (info.step % 10 == 0 or not info.row["finite"]):

@@ -441,6 +441,44 @@ register(Fault(
     conditions=lambda p: {"precision": "fp16-pure", "adam_eps": p["eps"]},
 ))
 
+RESTART_AT = Param(100, 1, 100_000, help="the step before which the job is restarted")
+
+register(Fault(
+    name="resume_fresh_optimizer", family="optimizer_state",
+    summary="a job restarted mid-run resumes the weights but builds a fresh AdamW",
+    mechanism="the new optimizer has m = v = 0 and step 0; Adam's bias correction makes "
+              "its first update m_hat / sqrt(v_hat) = g / |g|, so every weight moves by the "
+              "full LR in the direction of its gradient's sign, whatever the gradient's "
+              "size, and v_hat stays a noisy estimate of a few squared gradients for the "
+              "next steps: the trained weights are knocked off their solution and the loss "
+              "spikes (a NaN at a high enough LR), then climbs back down",
+    needs="a restart (preemption) whose resume code loads model.state_dict() but not "
+          "optimizer.state_dict(), here before step 100 at the cosine LR of that step "
+          "(3.1e-3); clipping cannot help: Adam's first update does not depend on the "
+          "gradient's size",
+    reveals="grad_norms", cure="resume_full_state", signature="spike",
+    params={"at_step": RESTART_AT},
+    conditions=lambda p: {"restart_at": p["at_step"], "resume_skips": ("optimizer",)},
+))
+
+register(Fault(
+    name="resume_reset_schedule", family="optimizer_state",
+    summary="a job restarted mid-run resumes weights and optimizer, but the LR schedule "
+            "starts again at step 0",
+    mechanism="the scheduler's state is not loaded, so the new LambdaLR counts from 0: "
+              "warmup runs again and the LR climbs back to its peak (5e-3) on a model the "
+              "cosine decay had brought to 6e-4; the full-size updates throw the nearly "
+              "converged weights off and the loss spikes about 20 steps after the restart, "
+              "when the LR reaches the peak",
+    needs="a restart whose resume code loads the model and the optimizer but not "
+          "scheduler.state_dict(), late enough that the schedule had decayed (step 130 "
+          "of 200)",
+    reveals="lr", cure="resume_full_state", signature="spike",
+    params={"at_step": Param(130, 1, 100_000,
+                             help="the step before which the job is restarted")},
+    conditions=lambda p: {"restart_at": p["at_step"], "resume_skips": ("scheduler",)},
+))
+
 register(Fault(
     name="dead_relu", family="myth",
     summary="myth check: ReLU units that are all dead from the start",

@@ -415,6 +415,10 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
         lambda c: _only(not c.model.qk_norm, {"model": {"qk_norm": True}}), sop_step="amp"),
     Fix("z_loss", "add 1e-4 * log(Z)^2 to the loss",
         lambda c: _only(c.z_loss == 0, {"z_loss": 1e-4}), sop_step="amp"),
+    Fix("resume_full_state", "on a resume, load the optimizer (Adam's m, v and step count) "
+        "and the LR scheduler with the weights", lambda c: _only(bool(c.resume_skips),
+                                                             {"resume_skips": ()}),
+        sop_step="lr"),
     Fix("skip_nonfinite", "skip the update of any step whose loss or gradient is not "
         "finite (the guard's skip mode)", lambda c: {}, _skip_nonfinite),
     # The adaptive cures (nanlab.cures, each with its source): they act inside the step.

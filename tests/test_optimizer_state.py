@@ -127,3 +127,46 @@ def test_bad_values_are_one_clear_line():
         TrainConfig(resume_skips=("weights",))
     assert TrainConfig.from_dict(TrainConfig(resume_skips=["optimizer"]).to_dict()
                                  ).resume_skips == ("optimizer",)
+
+
+# -- the guard trusts no checkpoint whose optimizer state is non-finite ------------------
+@pytest.mark.parametrize("threads", [1, 2])
+def test_recover_passes_over_a_checkpoint_whose_adam_state_overflowed(threads, request):
+    """deep_explosion without a guard: the step whose grad norm overflows squares the huge
+    (finite) gradients into Adam's exp_avg_sq, which overflows to inf, while the update
+    m / (sqrt(inf) + eps) = 0 leaves the weights finite. The next checkpoint looks good by
+    its weights. Resumed from it with Guard("recover"), the first failure must not roll
+    back to a state whose optimizer is poisoned: the guard checks every floating tensor,
+    logs "bad_checkpoint" and goes back further, to a fully finite state."""
+    from nanlab.checkpoint import nonfinite_tensors
+    from nanlab.faults.run import build_fault_trainer
+    from nanlab.guard import Guard
+
+    if threads == 2:
+        request.getfixturevalue("two_threads")
+    first = faults.run_fault("deep_explosion", checkpoint_every=10, stop_when_poisoned=True)
+    store = first.trainer.checkpoints
+    overflow = first.record.first_nonfinite_step  # the grad norm's overflow (step 111)
+    poisoned = overflow + 1  # the final state, saved after that step's update
+    assert store.steps()[-2:] == [overflow // 10 * 10, poisoned]
+    state = store.load(poisoned)
+    assert nonfinite_tensors(state["model"]) == []  # the weights look fine
+    bad = nonfinite_tensors(state["optimizer"])
+    assert bad and all("exp_avg_sq" in b and " 0 NaN" in b for b in bad), bad
+    assert nonfinite_tensors(store.load(store.steps()[-2])["optimizer"]) == []
+
+    trainer = build_fault_trainer("deep_explosion",
+                                  first.trainer.config.replace(steps=poisoned + 12), {})
+    trainer.checkpoints._memory = dict(store._memory)  # the same checkpoints, a copy
+    Guard("recover").attach(trainer)
+    states = []
+    trainer.add_callback("on_step_start", lambda tr, info: states.append(
+        (info.step, len(nonfinite_tensors(tr.optimizer.state_dict())))))
+    trainer.run(resume_from=poisoned)  # the last checkpoint with finite weights
+    rollbacks = [e for e in trainer.record.events if e["kind"] == "rollback"]
+    flagged = {e["step"] for e in trainer.record.events if e["kind"] == "bad_checkpoint"}
+    assert rollbacks and rollbacks[0]["to_step"] <= overflow, rollbacks
+    assert poisoned in flagged
+    assert not [e for e in trainer.record.events if e["kind"] == "give_up"]
+    after = states[states.index(next(s for s in states if s[0] <= overflow)):]
+    assert all(n == 0 for _, n in after), after  # never trained on a poisoned state again

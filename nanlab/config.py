@@ -70,6 +70,10 @@ class TrainConfig:
     # LR schedule from step 0: warmup again, then the peak). 0 = no restart.
     restart_at: int = 0
     resume_skips: tuple = ()
+    # Warm the LR up again over this many steps after the restart (linear, from
+    # 1 / restart_warmup of the scheduled LR): what a resume with a fresh optimizer does
+    # when the old state cannot be loaded (a changed parameter set). 0 = off.
+    restart_warmup: int = 0
     record_every: int = 10  # per-layer statistics every this many steps; 0 = never
     out_dir: str | None = None  # None keeps everything in memory
     progress: bool = True
@@ -86,7 +90,8 @@ class TrainConfig:
                               "(on for fp16 autocast), True or False")
         check_range("seed", self.seed, 0, 2**63 - 1, integer=True)  # torch.manual_seed's range
         for name, low in (("steps", 1), ("warmup_steps", 0), ("batch_size", 2),
-                          ("checkpoint_every", 0), ("record_every", 0), ("restart_at", 0)):
+                          ("checkpoint_every", 0), ("record_every", 0), ("restart_at", 0),
+                          ("restart_warmup", 0)):
             check_range(name, getattr(self, name), low, integer=True)
         if self.decay_steps is not None:
             check_range("decay_steps", self.decay_steps, 1, integer=True)

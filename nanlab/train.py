@@ -494,6 +494,19 @@ class Trainer:
         self.record.log_event("restart", self.step, **facts)
         return {"kind": "restart", "step": self.step, **facts}
 
+    def _rewarm(self) -> None:
+        """In the ``config.restart_warmup`` steps from ``config.restart_at`` on, this step's
+        LR is the scheduled one times (steps since the restart + 1) / restart_warmup."""
+        c = self.config
+        since = self.step - c.restart_at
+        if not (c.restart_at and c.restart_warmup and 0 <= since < c.restart_warmup):
+            return
+        ramp = (since + 1) / c.restart_warmup
+        sched = self.scheduler
+        for group, base, fn in zip(self.optimizer.param_groups, sched.base_lrs,
+                                   sched.lr_lambdas, strict=True):
+            group["lr"] = base * fn(sched.last_epoch) * ramp
+
     # -- the loop ------------------------------------------------------------------
     def autocast(self):
         p = self.config.precision
@@ -555,6 +568,7 @@ class Trainer:
         >>> info.row["batch"], trainer.step, trainer.data_position
         (3, 1, 4)
         """
+        self._rewarm()
         index = self.next_batch_index() if batch_index is None else batch_index
         info = StepInfo(step=self.step, batch_index=index,
                         batch=to_device(self.batches(index), self.device, self.input_dtype))

@@ -419,6 +419,10 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
         "and the LR scheduler with the weights", lambda c: _only(bool(c.resume_skips),
                                                              {"resume_skips": ()}),
         sop_step="lr"),
+    Fix("rewarm_lr", "warm the LR up again over 20 steps after a restart (when the old "
+        "optimizer state cannot be loaded)",
+        lambda c: _only(c.restart_at > 0 and c.restart_warmup < 20, {"restart_warmup": 20}),
+        sop_step="lr"),
     Fix("skip_nonfinite", "skip the update of any step whose loss or gradient is not "
         "finite (the guard's skip mode)", lambda c: {}, _skip_nonfinite),
     # The adaptive cures (nanlab.cures, each with its source): they act inside the step.

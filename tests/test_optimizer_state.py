@@ -201,3 +201,29 @@ def test_diagnose_a_restart_from_a_run_folder(tmp_path):
     assert (d.cause, d.detail, d.fix, d.fix_verified) == (
         "optimizer_state", "resume_fresh_optimizer", "resume_full_state", True), d.report()
     assert "holds Adam's state at step 100" in d.report()
+
+
+def test_a_plain_loop_guard_passes_over_a_kept_state_with_an_inf_adam_state():
+    """The plain-loop guard (keep / rollback, also under Hugging Face and Lightning) checks
+    the states it kept the same way. A gradient of 1e22 is finite, (1 - b2) times its
+    square is not: Adam's exp_avg_sq overflows to inf, and the update m / sqrt(inf) = 0
+    leaves the weight finite."""
+    from nanlab.guard import Guard
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(1, 1)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, foreach=False)
+    guard = Guard("recover").watch(net, opt)
+    for step, scale in enumerate([1.0, 1e22]):
+        guard.keep(step, position=step)
+        opt.zero_grad()
+        (net(torch.ones(1, 1)).sum() * scale).backward()
+        opt.step()
+    guard.keep(2, position=2)
+    assert torch.isfinite(net.weight).all()
+    assert torch.isinf(opt.state[net.weight]["exp_avg_sq"]).all()
+    d = guard.check(2, loss=float("nan"), grad_norm=float("nan"), batch_index=2)
+    assert d.action == "rollback" and d.to_step == 1, d
+    assert [e["step"] for e in guard.events if e["kind"] == "bad_checkpoint"] == [2]
+    assert guard.rollback() == (1, 1)
+    assert torch.isfinite(opt.state[net.weight]["exp_avg_sq"]).all()

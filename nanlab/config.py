@@ -74,6 +74,11 @@ class TrainConfig:
     # 1 / restart_warmup of the scheduled LR): what a resume with a fresh optimizer does
     # when the old state cannot be loaded (a changed parameter set). 0 = off.
     restart_warmup: int = 0
+    # A freeze done by zeroing gradients (a gradient mask): the parameters whose names
+    # contain ``freeze`` get a gradient of exactly 0 before step ``freeze_until``. The
+    # optimizer still steps them, so Adam's step count advances while m = v = 0.
+    freeze: str = ""
+    freeze_until: int = 0
     record_every: int = 10  # per-layer statistics every this many steps; 0 = never
     out_dir: str | None = None  # None keeps everything in memory
     progress: bool = True
@@ -91,7 +96,7 @@ class TrainConfig:
         check_range("seed", self.seed, 0, 2**63 - 1, integer=True)  # torch.manual_seed's range
         for name, low in (("steps", 1), ("warmup_steps", 0), ("batch_size", 2),
                           ("checkpoint_every", 0), ("record_every", 0), ("restart_at", 0),
-                          ("restart_warmup", 0)):
+                          ("restart_warmup", 0), ("freeze_until", 0)):
             check_range(name, getattr(self, name), low, integer=True)
         if self.decay_steps is not None:
             check_range("decay_steps", self.decay_steps, 1, integer=True)
@@ -103,6 +108,9 @@ class TrainConfig:
                               ("schedule", ["cosine", "constant"]),
                               ("loss_impl", ["torch", "naive"])):
             check_choice(name, getattr(self, name), allowed)
+        if not isinstance(self.freeze, str):
+            raise NanlabError(f"freeze={self.freeze!r} is not allowed; give a part of a "
+                              "parameter name (e.g. 'mlp.c_fc'), or '' for none")
         if isinstance(self.resume_skips, str):
             self.resume_skips = (self.resume_skips,)
         if not isinstance(self.resume_skips, (tuple, list)):

@@ -304,6 +304,11 @@ class Trainer:
             partial(lm_loss, z_loss=config.z_loss, naive=config.loss_impl == "naive")
             if config.z_loss or config.loss_impl != "torch" else lm_loss)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self._frozen = [p for n, p in self.model.named_parameters()
+                        if config.freeze and config.freeze in n and p.requires_grad]
+        if config.freeze and config.freeze_until and not self._frozen:
+            raise NanlabError(f"freeze={config.freeze!r} matches no parameter name of "
+                              f"{type(self.model).__name__}")
         self.optimizer = optimizer or self._make_optimizer()
         self.lr_scale = 1.0  # tools that cut the LR (recovery) multiply this
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -546,6 +551,10 @@ class Trainer:
             for grad in [p.grad for p in self.params if p.grad is not None]:
                 grad.mul_(inv)
         self._unscaled = self.scaler is not None
+        if self.step < self.config.freeze_until:
+            for p in self._frozen:  # the gradient mask of a freeze: exactly 0
+                if p.grad is not None:
+                    p.grad.zero_()
         clip = self.config.grad_clip
         norm = (torch.nn.utils.clip_grad_norm_(self.params, clip) if clip > 0
                 else global_grad_norm(self.params))

@@ -142,6 +142,10 @@ def test_bad_values_are_one_clear_line():
         TrainConfig(resume_skips=("weights",))
     with pytest.raises(NanlabError, match="restart_warmup=-1"):
         TrainConfig(restart_warmup=-1)
+    with pytest.raises(NanlabError, match="adam_unfreeze_spike.layer='head' is not allowed"):
+        faults.run_fault("adam_unfreeze_spike", layer="head")
+    with pytest.raises(NanlabError, match="freeze='nothing' matches no parameter name"):
+        Trainer(TrainConfig(freeze="nothing", freeze_until=5, progress=False))
     assert TrainConfig.from_dict(TrainConfig(resume_skips=["optimizer"]).to_dict()
                                  ).resume_skips == ("optimizer",)
 
@@ -227,3 +231,52 @@ def test_a_plain_loop_guard_passes_over_a_kept_state_with_an_inf_adam_state():
     assert [e["step"] for e in guard.events if e["kind"] == "bad_checkpoint"] == [2]
     assert guard.rollback() == (1, 1)
     assert torch.isfinite(opt.state[net.weight]["exp_avg_sq"]).all()
+
+
+# -- a layer frozen by zeroed gradients wakes up under Adam with b2 = 0.999 --------------
+def test_a_masked_freeze_leaves_adam_empty_and_its_first_update_full_size():
+    """Zeroed gradients: Adam steps the layer 100 times with m = v = 0. After unfreezing,
+    bias correction (1 - 0.999^101 = 0.1) makes the first update about lr * sign(g):
+    measured median |dw| / lr = 0.98, against 0.45 at b2 = 0.95."""
+    first = {}
+    for b2 in (0.999, 0.95):
+        trainer = Trainer(TrainConfig(steps=101, freeze="mlp.c_fc", freeze_until=100,
+                                      beta2=b2, progress=False))
+        w = trainer.model.blocks[0].mlp.c_fc.weight
+        seen = {}
+
+        def grab(tr, info, w=w, seen=seen):
+            if info.step == 100:
+                state = tr.optimizer.state[w]
+                seen.update(step=int(state["step"]), v=float(state["exp_avg_sq"].abs().max()),
+                            w=w.detach().clone(), lr=tr.optimizer.param_groups[0]["lr"])
+        trainer.add_callback("on_step_start", grab)
+        trainer.run()
+        assert (seen["step"], seen["v"]) == (100, 0.0)
+        first[b2] = float(((w.detach() - seen["w"]).abs() / seen["lr"]).median())
+    assert first[0.999] > 0.9 and first[0.95] < 0.6, first
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_adam_unfreeze_spike_is_a_spike_at_b2_0999_and_not_at_095(threads, request):
+    if threads == 2:
+        request.getfixturevalue("two_threads")
+    losses = faults.run_fault("adam_unfreeze_spike").record.losses()
+    peak, height = spike_height(losses, 100)
+    assert peak <= 103 and height > 5, (peak, height)  # measured: step 101, 7x
+    calm = faults.run_fault("adam_unfreeze_spike", beta2=0.95).record.losses()
+    assert not [s for s in find_spikes(calm) if s >= 10]
+    assert spike_height(calm, 100)[1] < 2.5  # measured: 2.2x, under the 3x bar
+
+
+def test_the_wrong_fixes_do_not_cure_an_unfrozen_layer(clean_final):
+    """LR / 10 slows the whole run, clipping the global norm or each update's RMS does not
+    stop the layer's sign-like first steps (measured; SPAM's per-entry clip and ZClip do
+    keep it under 3x)."""
+    assert run_cell("adam_unfreeze_spike", "beta2_095", 200, 0,
+                    clean_final).outcome == "cured"
+    for fix in ("lr_div10", "grad_clip", "update_clip"):
+        cell = run_cell("adam_unfreeze_spike", fix, 200, 0, clean_final)
+        assert cell.outcome == "not cured", cell
+    assert run_cell("adam_unfreeze_spike", "resume_full_state", 200, 0,
+                    clean_final).outcome == "n/a"

@@ -326,6 +326,42 @@ def _check_restarts(run, step: int | None) -> tuple[str | None, Finding | None]:
     return None, None
 
 
+def _check_woken_layers(run, step: int | None) -> Finding | None:
+    """Layers that woke up shortly before the symptom, read from the per-layer grad-norm
+    history: a grad norm of exactly 0 at every recorded step, then not. Adam stepped them
+    with m = v = 0 all along, so its step count ran on while v stayed empty; with a b2
+    near 1 the bias correction 1 - b2^t is far below 1 and v_hat lags far behind g^2 for
+    tens of steps once real gradients arrive: updates of several times the LR. None when
+    no layer woke up in the window or the optimizer keeps no second moment."""
+    if step is None or not run.record.layers:
+        return None
+    betas = run.trainer.optimizer.param_groups[0].get("betas")
+    if not betas:
+        return None
+    names, steps, grid = run.record.layer_matrix("grad_norm")
+    woke = []
+    for name, row in zip(names, grid, strict=True):
+        seen = np.isfinite(row)
+        nonzero = np.flatnonzero(seen & (row > 0))
+        if not len(nonzero) or nonzero[0] == 0:
+            continue
+        first = int(nonzero[0])
+        at = int(steps[first])
+        if np.all(row[:first][seen[:first]] == 0) and 0 <= step - at <= RESTART_WINDOW:
+            woke.append((name, at, float(row[first])))
+    if not woke:
+        return None
+    b2, at = float(betas[1]), min(w[1] for w in woke)
+    listed = ", ".join(w[0] for w in woke[:2]) + (f" and {len(woke) - 2} more"
+                                                   if len(woke) > 2 else "")
+    return Finding("grad_norms", "cause",
+                   f"{len(woke)} layer(s) ({listed}) had a grad norm of exactly 0 at every "
+                   f"recorded step before step {at}, then {woke[0][2]:.3g}: Adam stepped "
+                   f"them with m = v = 0, and with b2 = {b2:g} the bias correction "
+                   f"1 - b2^{at} = {1 - b2 ** at:.2f} leaves v_hat far below g^2 once "
+                   f"they wake up; the symptom follows at step {step}")
+
+
 def _saved_optimizer_steps(trainer, step: int) -> int | None:
     """Adam's step count in the checkpoint of ``step`` (None: not kept, or no count)."""
     if step not in trainer.checkpoints.steps():
@@ -429,12 +465,19 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
         cause = "dirty_data"
         fix = cure_for(cause)
 
-    # A restart just before the symptom (the run's own log): what the resume left fresh
+    # A restart just before the symptom (the run's own log): what the resume left fresh;
+    # or layers whose gradients were exactly 0 and woke up just before a spike
     if cause is None:
         kind, f = _check_restarts(run, step)
         if f is not None:
             findings.append(f)
             cause, detail = "optimizer_state", kind
+            fix = cure_for(cause, detail)
+    if cause is None and symptom == "spike":
+        f = _check_woken_layers(run, step)
+        if f is not None:
+            findings.append(f)
+            cause, detail = "optimizer_state", "adam_unfreeze_spike"
             fix = cure_for(cause, detail)
 
     # 2. AMP off / bf16

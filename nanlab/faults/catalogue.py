@@ -480,6 +480,29 @@ register(Fault(
 ))
 
 register(Fault(
+    name="adam_unfreeze_spike", family="optimizer_state",
+    summary="a layer frozen by zeroed gradients for 100 steps, unfrozen, with Adam's b2 = 0.999",
+    mechanism="while the gradient is exactly 0 the optimizer still steps the layer: its "
+              "step count reaches 100 with m = v = 0. Bias correction divides v by "
+              "1 - b2^t, which at b2 = 0.999 and t = 100 is only 0.1, so after unfreezing "
+              "v_hat is about g^2 / 100 against m_hat's g / 10: the first update is about "
+              "lr * sign(g) on every weight of the layer (measured: median |dw| = 0.98 lr, "
+              "0.45 lr at b2 = 0.95), and the next ones stay large while v_hat catches up; "
+              "the layer wakes up with full-size steps and the loss spikes",
+    needs="a freeze done by a gradient mask (the parameters stay in the optimizer), here "
+          "the first MLP matrix of every block until step 100, and AdamW with b2 = 0.999 "
+          "(PyTorch's default) at the toy's LR 5e-3",
+    reveals="grad_norms", cure="beta2_095", signature="spike",
+    params={"at_step": Param(100, 1, 100_000, help="the step at which the layer is "
+                                                    "unfrozen"),
+            "beta2": Param(0.999, 0.0, 0.99999, help="Adam's second-moment decay"),
+            "layer": Param("mlp.c_fc", choices=("mlp.c_fc", "mlp", "attn"),
+                           help="the frozen parameters (a part of their names)")},
+    conditions=lambda p: {"freeze": p["layer"], "freeze_until": p["at_step"],
+                          "beta2": p["beta2"]},
+))
+
+register(Fault(
     name="dead_relu", family="myth",
     summary="myth check: ReLU units that are all dead from the start",
     mechanism="a large negative bias puts every pre-activation below 0; ReLU passes no "

@@ -423,6 +423,10 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
         "optimizer state cannot be loaded)",
         lambda c: _only(c.restart_at > 0 and c.restart_warmup < 20, {"restart_warmup": 20}),
         sop_step="lr"),
+    Fix("beta2_095", "Adam's b2 = 0.95 (the LLM recipe): the second moment follows a "
+        "gradient that returns within about 20 steps",
+        lambda c: _only(c.optimizer == "adamw" and c.beta2 > 0.95, {"beta2": 0.95}),
+        sop_step="grad_norms"),
     Fix("skip_nonfinite", "skip the update of any step whose loss or gradient is not "
         "finite (the guard's skip mode)", lambda c: {}, _skip_nonfinite),
     # The adaptive cures (nanlab.cures, each with its source): they act inside the step.

@@ -180,6 +180,19 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "checkpoint the scheduler (or compute the LR from the global step), log the LR "
         "every step, and alert when it jumps at a resume",
     ),
+    "adam_unfreeze_spike": _Words(
+        "a layer unfrozen under Adam with b2 = 0.999 (解冻后 Adam 二阶矩滞后)",
+        "the layer had been frozen by zeroing its gradients, so Adam stepped it with "
+        "m = v = 0 while its step count ran on; after unfreezing, the bias correction no "
+        "longer made up for the empty v, v_hat lagged far behind g^2, and the first "
+        "updates were about lr * sign(grad) on every weight of the layer",
+        "b2 = 0.95 lets the second moment follow the returning gradients within about 20 "
+        "steps, which halves the first updates after unfreezing; the LR, the data and the "
+        "model were fine",
+        "freeze with requires_grad_(False) and a fresh optimizer group (or warm the LR up "
+        "again) when unfreezing, use b2 = 0.95 for long runs, and watch per-layer update "
+        "ratios, not only the loss",
+    ),
     "myth": _Words(
         "vanishing gradients (梯度消失), a stall rather than a NaN",
         "dead ReLUs or a deep sigmoid chain pass almost no gradient back, so the early "

@@ -12,7 +12,7 @@ that reveals it, the cure and the failure signature. They live in a registry::
 
     >>> from nanlab import faults
     >>> sorted(faults.FAULTS)[:3]
-    ['adam_eps_fp16', 'all_masked', 'bad_init']
+    ['adam_eps_fp16', 'adam_unfreeze_spike', 'all_masked']
     >>> run = faults.run_fault("nan_input", steps=80)   # the built-in toy run  # doctest: +SKIP
     >>> run.record.first_nonfinite_step  # doctest: +SKIP
     40

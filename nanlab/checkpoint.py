@@ -77,6 +77,34 @@ def safe_load(source: str | Path | bytes) -> dict:
                           f"written by torch.save: {type(e).__name__})") from None
 
 
+def nonfinite_tensors(state, prefix: str = "") -> list[str]:
+    """Where a (nested) state holds a non-finite float, in words: one entry per tensor.
+
+    A checkpoint is only a good place to go back to if every floating-point tensor in it
+    is finite: the weights, and the optimizer state too (Adam's ``exp_avg_sq`` overflows
+    to inf while the weights are still finite, and then freezes or poisons every later
+    update).
+
+    >>> v = torch.tensor([1.0, float("inf")])
+    >>> nonfinite_tensors({"model": {"w": torch.ones(2)},
+    ...                    "optimizer": {"state": {0: {"exp_avg_sq": v}}}})
+    ['optimizer.state.0.exp_avg_sq: 1 inf, 0 NaN of 2']
+    """
+    found = []
+    if isinstance(state, torch.Tensor):
+        if state.is_floating_point() and not bool(torch.isfinite(state).all()):
+            nan = int(torch.isnan(state).sum())
+            inf = int(torch.isinf(state).sum())
+            found.append(f"{prefix}: {inf} inf, {nan} NaN of {state.numel()}")
+    elif isinstance(state, dict):
+        for key, value in state.items():
+            found += nonfinite_tensors(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(state, (list, tuple)):
+        for i, value in enumerate(state):
+            found += nonfinite_tensors(value, f"{prefix}[{i}]")
+    return found
+
+
 CHECKPOINT_NAME = re.compile(r"ckpt_(\d{6,})\.pt")
 
 

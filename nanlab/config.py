@@ -13,6 +13,7 @@ from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.model import GPTConfig
 
 PRECISIONS = ("fp32", "fp16", "bf16", "fp16-pure")
+RESUMABLE = ("optimizer", "scheduler")  # state a resume can forget (TrainConfig.resume_skips)
 
 
 @dataclass
@@ -61,6 +62,23 @@ class TrainConfig:
     # a logit passes ~88.7 in fp32, but ~11.1 in fp16.
     loss_impl: str = "torch"
     checkpoint_every: int = 50  # 0 = no checkpoints
+    # A job restart (a preemption) before step ``restart_at``: the run saves a checkpoint
+    # there and resumes from it (torch.save, then torch.load(weights_only=True)). The
+    # weights, the step, the data position and the RNG always load; ``resume_skips``
+    # names the state the resume code forgets, which then starts fresh as a new process
+    # builds it: "optimizer" (a new AdamW: m = v = 0, step 0) and / or "scheduler" (the
+    # LR schedule from step 0: warmup again, then the peak). 0 = no restart.
+    restart_at: int = 0
+    resume_skips: tuple = ()
+    # Warm the LR up again over this many steps after the restart (linear, from
+    # 1 / restart_warmup of the scheduled LR): what a resume with a fresh optimizer does
+    # when the old state cannot be loaded (a changed parameter set). 0 = off.
+    restart_warmup: int = 0
+    # A freeze done by zeroing gradients (a gradient mask): the parameters whose names
+    # contain ``freeze`` get a gradient of exactly 0 before step ``freeze_until``. The
+    # optimizer still steps them, so Adam's step count advances while m = v = 0.
+    freeze: str = ""
+    freeze_until: int = 0
     record_every: int = 10  # per-layer statistics every this many steps; 0 = never
     out_dir: str | None = None  # None keeps everything in memory
     progress: bool = True
@@ -77,7 +95,8 @@ class TrainConfig:
                               "(on for fp16 autocast), True or False")
         check_range("seed", self.seed, 0, 2**63 - 1, integer=True)  # torch.manual_seed's range
         for name, low in (("steps", 1), ("warmup_steps", 0), ("batch_size", 2),
-                          ("checkpoint_every", 0), ("record_every", 0)):
+                          ("checkpoint_every", 0), ("record_every", 0), ("restart_at", 0),
+                          ("restart_warmup", 0), ("freeze_until", 0)):
             check_range(name, getattr(self, name), low, integer=True)
         if self.decay_steps is not None:
             check_range("decay_steps", self.decay_steps, 1, integer=True)
@@ -89,6 +108,17 @@ class TrainConfig:
                               ("schedule", ["cosine", "constant"]),
                               ("loss_impl", ["torch", "naive"])):
             check_choice(name, getattr(self, name), allowed)
+        if not isinstance(self.freeze, str):
+            raise NanlabError(f"freeze={self.freeze!r} is not allowed; give a part of a "
+                              "parameter name (e.g. 'mlp.c_fc'), or '' for none")
+        if isinstance(self.resume_skips, str):
+            self.resume_skips = (self.resume_skips,)
+        if not isinstance(self.resume_skips, (tuple, list)):
+            raise NanlabError(f"resume_skips={self.resume_skips!r} is not allowed; give a "
+                              f"tuple of {', '.join(map(repr, RESUMABLE))}")
+        self.resume_skips = tuple(self.resume_skips)  # a manifest's JSON list comes back
+        for part in self.resume_skips:
+            check_choice("resume_skips", part, RESUMABLE)
         if self.pad_prob and self.model.pad_id != self.model.vocab_size - 1:
             raise NanlabError(
                 f"pad_prob={self.pad_prob} needs model.pad_id = model.vocab_size - 1 = "

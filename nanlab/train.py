@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 
 from nanlab.batches import to_device
 from nanlab.checkpoint import CheckpointStore, safe_load
-from nanlab.config import TrainConfig
+from nanlab.config import RESUMABLE, TrainConfig
 from nanlab.data import IGNORE_INDEX, CountingTask
 from nanlab.errors import NanlabError, check_choice, check_range, error_line
 from nanlab.model import GPT
@@ -240,6 +240,29 @@ def stop_if_poisoned(trainer: Trainer, info: StepInfo) -> None:
 _stop_when_poisoned = stop_early()
 
 
+def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
+    """The fewest updates any parameter's optimizer state has seen: Adam's ``step``, or
+    1 for a state without a count (SGD's momentum buffer); 0 when some parameter has no
+    state at all (a fresh optimizer, or one whose state was never loaded).
+
+    >>> net = nn.Linear(2, 1)
+    >>> opt = torch.optim.AdamW(net.parameters())
+    >>> optimizer_steps(opt)
+    0
+    >>> net(torch.ones(1, 2)).sum().backward(); opt.step()
+    >>> optimizer_steps(opt)
+    1
+    """
+    counts = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            if not state:
+                return 0
+            counts.append(int(state["step"]) if "step" in state else 1)
+    return min(counts, default=0)
+
+
 class Trainer:
     """Trains any model on any batch source; see the module docstring.
 
@@ -281,6 +304,11 @@ class Trainer:
             partial(lm_loss, z_loss=config.z_loss, naive=config.loss_impl == "naive")
             if config.z_loss or config.loss_impl != "torch" else lm_loss)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self._frozen = [p for n, p in self.model.named_parameters()
+                        if config.freeze and config.freeze in n and p.requires_grad]
+        if config.freeze and config.freeze_until and not self._frozen:
+            raise NanlabError(f"freeze={config.freeze!r} matches no parameter name of "
+                              f"{type(self.model).__name__}")
         self.optimizer = optimizer or self._make_optimizer()
         self.lr_scale = 1.0  # tools that cut the LR (recovery) multiply this
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -294,6 +322,7 @@ class Trainer:
         self.skip_batches: set[int] = set()  # batch indices never to train on
         self.stop_requested = False
         self.stop_reason = ""
+        self._restarted = False  # config.restart_at has happened
         self.callbacks: dict[str, list[Callable]] = {e: [] for e in EVENTS}
         self.checkpoints = CheckpointStore(
             Path(config.out_dir) / "checkpoints" if config.out_dir else None)
@@ -401,13 +430,27 @@ class Trainer:
             state["rng_cuda"] = torch.cuda.get_rng_state(self.device)
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, skip: tuple[str, ...] = ()) -> None:
+        """Load a checkpoint's state. ``skip`` names the parts left fresh (a resume that
+        forgets them, see ``TrainConfig.resume_skips``): "optimizer" clears the optimizer's
+        state, as a newly built AdamW holds none (m = v = 0, step 0 on its first update);
+        "scheduler" puts the LR schedule back at step 0 (warmup again, then the peak)."""
+        for part in skip:
+            check_choice("skip", part, RESUMABLE)
         self.step = int(state["step"])
         self.data_position = int(state["data_position"])
         self.lr_scale = float(state["lr_scale"])
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        if "optimizer" in skip:
+            self.optimizer.state.clear()  # what a fresh optimizer holds: no state at all
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" in skip:
+            self.scheduler.last_epoch = 0  # a fresh LambdaLR: step 0 of the schedule
+        else:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if skip:  # the LR a rebuilt optimizer gets from the schedule it is given
+            self.set_lr_scale(self.lr_scale)
         torch.set_rng_state(state["rng_cpu"])
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
@@ -428,6 +471,46 @@ class Trainer:
                 raise NanlabError(f"checkpoint file {str(source)!r} does not exist")
             state = safe_load(source)
         self.load_state_dict(state)
+
+    def restart(self) -> dict:
+        """A job restart before this step (``TrainConfig.restart_at``): save a checkpoint
+        (``torch.save``), then resume from it as a new process would
+        (``torch.load(weights_only=True)``), leaving fresh what ``config.resume_skips``
+        names. A "restart" event records what the resumed state holds, measured on the
+        objects themselves: Adam's step count (0: a fresh optimizer), the schedule's step
+        and the LR; returns that event.
+
+        >>> trainer = Trainer(TrainConfig(steps=4, restart_at=2, resume_skips=("optimizer",),
+        ...                               progress=False))
+        >>> _ = trainer.run()
+        >>> e = trainer.record.events[0]
+        >>> e["kind"], e["step"], e["optimizer_steps"], e["schedule_step"]
+        ('restart', 2, 0, 2)
+        """
+        if self.step not in self.checkpoints.steps():
+            self.save_checkpoint()
+        skips = tuple(self.config.resume_skips)
+        self.load_state_dict(self.checkpoints.load(self.step), skip=skips)
+        self._restarted = True
+        facts = {"checkpoint": self.step, "fresh": list(skips),
+                 "optimizer_steps": optimizer_steps(self.optimizer),
+                 "schedule_step": int(self.scheduler.last_epoch),
+                 "lr": float(self.optimizer.param_groups[0]["lr"])}
+        self.record.log_event("restart", self.step, **facts)
+        return {"kind": "restart", "step": self.step, **facts}
+
+    def _rewarm(self) -> None:
+        """In the ``config.restart_warmup`` steps from ``config.restart_at`` on, this step's
+        LR is the scheduled one times (steps since the restart + 1) / restart_warmup."""
+        c = self.config
+        since = self.step - c.restart_at
+        if not (c.restart_at and c.restart_warmup and 0 <= since < c.restart_warmup):
+            return
+        ramp = (since + 1) / c.restart_warmup
+        sched = self.scheduler
+        for group, base, fn in zip(self.optimizer.param_groups, sched.base_lrs,
+                                   sched.lr_lambdas, strict=True):
+            group["lr"] = base * fn(sched.last_epoch) * ramp
 
     # -- the loop ------------------------------------------------------------------
     def autocast(self):
@@ -468,6 +551,10 @@ class Trainer:
             for grad in [p.grad for p in self.params if p.grad is not None]:
                 grad.mul_(inv)
         self._unscaled = self.scaler is not None
+        if self.step < self.config.freeze_until:
+            for p in self._frozen:  # the gradient mask of a freeze: exactly 0
+                if p.grad is not None:
+                    p.grad.zero_()
         clip = self.config.grad_clip
         norm = (torch.nn.utils.clip_grad_norm_(self.params, clip) if clip > 0
                 else global_grad_norm(self.params))
@@ -490,6 +577,7 @@ class Trainer:
         >>> info.row["batch"], trainer.step, trainer.data_position
         (3, 1, 4)
         """
+        self._rewarm()
         index = self.next_batch_index() if batch_index is None else batch_index
         info = StepInfo(step=self.step, batch_index=index,
                         batch=to_device(self.batches(index), self.device, self.input_dtype))
@@ -598,6 +686,8 @@ class Trainer:
             while self.step < c.steps and not self.stop_requested:
                 if c.checkpoint_every and self.step % c.checkpoint_every == 0:
                     self.save_checkpoint()
+                if c.restart_at and self.step == c.restart_at and not self._restarted:
+                    self.restart()  # once: a rollback past it does not restart again
                 info = self.train_step()
                 bar.update(self.step - bar.n)  # may go back: a rollback rewinds the step
                 if c.progress and (info.step % 10 == 0 or not info.row["finite"]):

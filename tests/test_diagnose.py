@@ -13,7 +13,10 @@ from nanlab.debug.diagnose import diagnose, load_run
 from nanlab.errors import NanlabError
 from nanlab.train import TrainConfig, Trainer
 
-EXPECTED_DETAIL = {"no_warmup": "no_warmup", "lr_jump": "lr_jump"}
+EXPECTED_DETAIL = {"no_warmup": "no_warmup", "lr_jump": "lr_jump",
+                   "resume_fresh_optimizer": "resume_fresh_optimizer",
+                   "resume_reset_schedule": "resume_reset_schedule",
+                   "adam_unfreeze_spike": "adam_unfreeze_spike"}
 
 
 @pytest.mark.parametrize("name", sorted(faults.FAULTS))

@@ -415,6 +415,18 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
         lambda c: _only(not c.model.qk_norm, {"model": {"qk_norm": True}}), sop_step="amp"),
     Fix("z_loss", "add 1e-4 * log(Z)^2 to the loss",
         lambda c: _only(c.z_loss == 0, {"z_loss": 1e-4}), sop_step="amp"),
+    Fix("resume_full_state", "on a resume, load the optimizer (Adam's m, v and step count) "
+        "and the LR scheduler with the weights", lambda c: _only(bool(c.resume_skips),
+                                                             {"resume_skips": ()}),
+        sop_step="lr"),
+    Fix("rewarm_lr", "warm the LR up again over 20 steps after a restart (when the old "
+        "optimizer state cannot be loaded)",
+        lambda c: _only(c.restart_at > 0 and c.restart_warmup < 20, {"restart_warmup": 20}),
+        sop_step="lr"),
+    Fix("beta2_095", "Adam's b2 = 0.95 (the LLM recipe): the second moment follows a "
+        "gradient that returns within about 20 steps",
+        lambda c: _only(c.optimizer == "adamw" and c.beta2 > 0.95, {"beta2": 0.95}),
+        sop_step="grad_norms"),
     Fix("skip_nonfinite", "skip the update of any step whose loss or gradient is not "
         "finite (the guard's skip mode)", lambda c: {}, _skip_nonfinite),
     # The adaptive cures (nanlab.cures, each with its source): they act inside the step.
@@ -446,7 +458,7 @@ def get_fix(name: str) -> Fix:
     >>> get_fix("grad_clip").name
     'grad_clip'
     >>> sorted(FIXES)[:3]
-    ['amp_off', 'bf16', 'grad_clip']
+    ['amp_off', 'beta2_095', 'bf16']
     """
     check_choice("fix", name, sorted(FIXES))
     return FIXES[name]

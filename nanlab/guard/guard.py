@@ -115,7 +115,7 @@ from typing import Any
 import torch
 
 from nanlab.batches import frozen, plain
-from nanlab.checkpoint import atomic_save, safe_load
+from nanlab.checkpoint import atomic_save, nonfinite_tensors, safe_load
 from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.guard.agree import agree, is_distributed
 from nanlab.guard.spikes import RTOL, WARMUP, WINDOW, SpikeWatch, Z
@@ -249,6 +249,7 @@ class Guard:
         self._optimizer = self._scheduler = None
         self._kept: dict[int, tuple[bytes, Any, float, tuple]] = {}  # plain loop states
         self._detector_at: dict[int, tuple] = {}  # trainer: detector state per checkpoint
+        self._checked: dict[int, list[str]] = {}  # saved state -> its non-finite tensors
         self._last: Decision | None = None
         self._current: dict | None = None  # the incident of the last rollback
         self._pending: Decision | None = None
@@ -397,7 +398,28 @@ class Guard:
         return inc
 
     def _good_steps(self) -> list[int]:
-        return self.trainer.checkpoints.steps() if self.trainer is not None else sorted(self._kept)
+        """The saved states a rollback may trust: every floating-point tensor of the weights
+        *and* of the optimizer state finite (:meth:`_problems`). A checkpoint whose Adam
+        ``exp_avg_sq`` overflowed to inf while the weights were still finite is not a
+        good state: it is passed over, with a "bad_checkpoint" event, and the rollback
+        goes back further."""
+        saved = self.trainer.checkpoints.steps() if self.trainer is not None \
+            else sorted(self._kept)
+        return [s for s in saved if not self._problems(s)]
+
+    def _problems(self, step: int) -> list[str]:
+        """What is non-finite in the state saved before ``step`` (cached per saved state:
+        each is loaded once; a new save at that step clears the entry)."""
+        if step not in self._checked:
+            state = self.trainer.checkpoints.load(step) if self.trainer is not None \
+                else safe_load(self._kept[step][0])
+            parts = {k: state[k] for k in ("model", "optimizer", "scheduler", "scaler")
+                     if k in state}
+            self._checked[step] = nonfinite_tensors(parts)
+            if self._checked[step]:
+                self._log("bad_checkpoint", step, problems=self._checked[step][:5],
+                          tensors=len(self._checked[step]))
+        return self._checked[step]
 
     # -- events and evidence -------------------------------------------------------------
     def _log(self, kind: str, step: int, record: bool = True, **details) -> None:
@@ -544,6 +566,7 @@ class Guard:
     def _checkpointed(self, trainer, info) -> None:
         """Remember the detector as it was at this checkpoint, to rewind it on rollback."""
         self._detector_at[trainer.step] = self.detectors.state()
+        self._checked.pop(trainer.step, None)  # a new state at this step: check it again
 
     def _rerun_in_trainer(self, trainer, info) -> tuple[float, float]:
         """The step again, as the trainer ran it: same weights, optimizer state, batch and
@@ -594,6 +617,7 @@ class Guard:
         buf = io.BytesIO()
         torch.save(self._loop_state(), buf)
         self._kept[step] = (buf.getvalue(), position, self.lr_scale, self.detectors.state())
+        self._checked.pop(step, None)
         for old in sorted(self._kept)[:-2]:
             del self._kept[old]
 

@@ -148,6 +148,51 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "keep norm eps at 1e-5 (representable in the compute dtype), review config diffs "
         "for eps changes, and test that padded batches give a finite loss",
     ),
+    "optimizer_state": _Words(
+        "a resume that did not restore the optimizer's state (断点续训状态丢失)",
+        "the job restarted from a checkpoint but the resume code loaded only part of the "
+        "state, so the optimizer or the LR schedule started from scratch on a trained model "
+        "and its first updates threw the weights off",
+        "loading the optimizer and the scheduler with the weights makes the resumed run "
+        "continue exactly where it stopped; the model, the data and the LR were never wrong",
+        "save and load model, optimizer, scheduler, scaler and RNG together, assert after a "
+        "resume that Adam's step count and the schedule's step equal the global step, and "
+        "test that a resumed run reproduces an uninterrupted one",
+    ),
+    "resume_fresh_optimizer": _Words(
+        "a resume with a fresh optimizer (续训时未加载优化器状态)",
+        "after the restart AdamW started from m = v = 0 at step 0, and bias correction made "
+        "its first update about lr * sign(grad) on every weight, whatever the gradient's "
+        "size, so the trained weights were knocked off their solution",
+        "loading optimizer.state_dict() restores m, v and the step count, so the resumed "
+        "updates are the same size as before the restart; clipping could not have helped, "
+        "since Adam's first update does not depend on the gradient's norm",
+        "checkpoint the optimizer with the model, check after every resume that Adam's "
+        "state exists and its step equals the global step, or re-warm the LR when a fresh "
+        "optimizer is unavoidable (a changed parameter set)",
+    ),
+    "resume_reset_schedule": _Words(
+        "a resume that restarted the LR schedule (续训时学习率调度被重置)",
+        "the scheduler's state was not loaded, so the LR warmed up again to its peak on a "
+        "model the cosine decay had nearly converged, and the full-size updates threw it off",
+        "loading scheduler.state_dict() puts the schedule back at the global step, so the "
+        "LR continues its decay instead of climbing to the peak again",
+        "checkpoint the scheduler (or compute the LR from the global step), log the LR "
+        "every step, and alert when it jumps at a resume",
+    ),
+    "adam_unfreeze_spike": _Words(
+        "a layer unfrozen under Adam with b2 = 0.999 (解冻后 Adam 二阶矩滞后)",
+        "the layer had been frozen by zeroing its gradients, so Adam stepped it with "
+        "m = v = 0 while its step count ran on; after unfreezing, the bias correction no "
+        "longer made up for the empty v, v_hat lagged far behind g^2, and the first "
+        "updates were about lr * sign(grad) on every weight of the layer",
+        "b2 = 0.95 lets the second moment follow the returning gradients within about 20 "
+        "steps, which halves the first updates after unfreezing; the LR, the data and the "
+        "model were fine",
+        "freeze with requires_grad_(False) and a fresh optimizer group (or warm the LR up "
+        "again) when unfreezing, use b2 = 0.95 for long runs, and watch per-layer update "
+        "ratios, not only the loss",
+    ),
     "myth": _Words(
         "vanishing gradients (梯度消失), a stall rather than a NaN",
         "dead ReLUs or a deep sigmoid chain pass almost no gradient back, so the early "

@@ -40,16 +40,17 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from nanlab.batches import to_device
-from nanlab.checkpoint import CheckpointStore, safe_load
-from nanlab.config import RESUMABLE, TrainConfig
-from nanlab.data import IGNORE_INDEX, CountingTask
+from nanlab.checkpoint import CheckpointStore
+from nanlab.config import TrainConfig
+from nanlab.data import CountingTask
 from nanlab.errors import NanlabError, check_choice, check_range, error_line
 from nanlab.model import GPT
+from nanlab.objective import global_grad_norm, lm_loss, lr_factor
 from nanlab.record import RunRecord, environment_info
+from nanlab.resume import Resumable
 
 EVENTS = ("on_run_start", "on_step_start", "on_after_backward", "on_step_end",
           "on_checkpoint", "on_run_end")
@@ -83,78 +84,6 @@ def default_task(config: TrainConfig) -> CountingTask:
     return CountingTask(seed=config.seed, batch_size=config.batch_size, seq_len=m.block_size,
                         vocab_size=m.vocab_size - 1 if padded else m.vocab_size,
                         pad_id=m.pad_id, pad_prob=config.pad_prob)
-
-
-def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False) -> torch.Tensor:
-    """Next-token cross-entropy, averaged over the targets that are not masked.
-
-    A batch whose targets are all masked has nothing to average over: the mean is
-    0 / 0 = NaN, exactly as in PyTorch's own ``ignore_index`` handling.
-
-    ``naive`` computes the softmax by hand without subtracting the max (see
-    ``TrainConfig.loss_impl``). ``z_loss`` adds ``z_loss * log(Z)^2`` (Z = the softmax
-    normaliser, PaLM's auxiliary loss): it pulls the output logits' scale back towards
-    zero, so they cannot drift up.
-
-    >>> batch = default_task(TrainConfig())(0)
-    >>> from nanlab.model import GPTConfig
-    >>> model = GPT(GPTConfig())
-    >>> abs(lm_loss(model, batch).item() - math.log(32)) < 0.1   # a fresh model: ln(vocab)
-    True
-    >>> batch.targets[:] = IGNORE_INDEX                             # every target masked
-    >>> lm_loss(model, batch).isnan().item()                       # 0 / 0
-    True
-    """
-    logits = model(batch.tokens, batch.features).flatten(0, 1)  # (B*T, V)
-    targets = batch.targets.flatten()
-    if naive:  # out of autocast, no .float(): fp16 logits stay fp16 on any device
-        keep = targets != IGNORE_INDEX
-        with torch.autocast(logits.device.type, enabled=False):
-            e = torch.exp(logits[keep])  # in fp16, exp(11.1) is already inf
-            p = e.gather(1, targets[keep, None]) / e.sum(-1, keepdim=True)  # x / inf = 0
-            loss = -torch.log(p).mean()
-    else:
-        loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
-    if z_loss:
-        keep = targets != IGNORE_INDEX
-        log_z = torch.logsumexp(logits.float()[keep], dim=-1)
-        loss = loss + z_loss * (log_z**2).mean()
-    return loss
-
-
-def lr_factor(step: int, config: TrainConfig) -> float:
-    """The LR multiplier at ``step``: linear warmup, then cosine decay (or constant).
-
-    step < warmup:  (step + 1) / warmup        ramps 1/warmup ... 1
-    after warmup:   min + (1 - min) * (1 + cos(pi * progress)) / 2, progress 0 -> 1
-
-    >>> config = TrainConfig(steps=100, warmup_steps=20, min_lr_ratio=0.1)
-    >>> [round(lr_factor(s, config), 3) for s in (0, 19, 20, 99)]
-    [0.05, 1.0, 1.0, 0.1]
-    """
-    if step < config.warmup_steps:
-        return (step + 1) / config.warmup_steps
-    if config.schedule == "constant":
-        return 1.0
-    total = config.decay_steps or config.steps
-    progress = min(1.0, (step - config.warmup_steps) / max(1, total - config.warmup_steps))
-    cosine = 0.5 * (1 + math.cos(math.pi * progress))  # 1 -> 0
-    return config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine
-
-
-def global_grad_norm(params: list[nn.Parameter]) -> torch.Tensor:
-    """The L2 norm of all gradients together, as a tensor (no host sync).
-
-    >>> net = nn.Linear(2, 1)
-    >>> net(torch.ones(1, 2)).sum().backward()      # grads: weight [1, 1], bias [1]
-    >>> global_grad_norm(list(net.parameters()))    # sqrt(3)
-    tensor(1.7321)
-    """
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    norms = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
-    return torch.linalg.vector_norm(norms)
 
 
 @dataclass(frozen=True)
@@ -240,30 +169,7 @@ def stop_if_poisoned(trainer: Trainer, info: StepInfo) -> None:
 _stop_when_poisoned = stop_early()
 
 
-def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
-    """The fewest updates any parameter's optimizer state has seen: Adam's ``step``, or
-    1 for a state without a count (SGD's momentum buffer); 0 when some parameter has no
-    state at all (a fresh optimizer, or one whose state was never loaded).
-
-    >>> net = nn.Linear(2, 1)
-    >>> opt = torch.optim.AdamW(net.parameters())
-    >>> optimizer_steps(opt)
-    0
-    >>> net(torch.ones(1, 2)).sum().backward(); opt.step()
-    >>> optimizer_steps(opt)
-    1
-    """
-    counts = []
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            state = optimizer.state.get(p, {})
-            if not state:
-                return 0
-            counts.append(int(state["step"]) if "step" in state else 1)
-    return min(counts, default=0)
-
-
-class Trainer:
+class Trainer(Resumable):
     """Trains any model on any batch source; see the module docstring.
 
     Without ``model`` / ``batches`` / ``loss_fn`` it trains the toy Transformer on the
@@ -274,6 +180,7 @@ class Trainer:
 
     >>> net = nn.Linear(3, 1)
     >>> data = lambda i: (torch.randn(8, 3), torch.zeros(8, 1))     # batch number i
+    >>> import torch.nn.functional as F
     >>> mse = lambda model, b: F.mse_loss(model(b[0]), b[1])
     >>> trainer = Trainer(TrainConfig(steps=3, progress=False), model=net, batches=data,
     ...                   loss_fn=mse)
@@ -416,101 +323,6 @@ class Trainer:
     def base_lr(self) -> float:
         """The first param group's LR before the schedule and any LR cut."""
         return float(self.scheduler.base_lrs[0])
-
-    # -- checkpoints ---------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Everything needed to continue bit for bit: weights, optimizer, schedule, RNG."""
-        state = {"step": self.step, "data_position": self.data_position,
-                 "lr_scale": self.lr_scale, "model": self.model.state_dict(),
-                 "optimizer": self.optimizer.state_dict(),
-                 "scheduler": self.scheduler.state_dict(), "rng_cpu": torch.get_rng_state()}
-        if self.scaler is not None:
-            state["scaler"] = self.scaler.state_dict()
-        if self.device.type == "cuda":
-            state["rng_cuda"] = torch.cuda.get_rng_state(self.device)
-        return state
-
-    def load_state_dict(self, state: dict, skip: tuple[str, ...] = ()) -> None:
-        """Load a checkpoint's state. ``skip`` names the parts left fresh (a resume that
-        forgets them, see ``TrainConfig.resume_skips``): "optimizer" clears the optimizer's
-        state, as a newly built AdamW holds none (m = v = 0, step 0 on its first update);
-        "scheduler" puts the LR schedule back at step 0 (warmup again, then the peak)."""
-        for part in skip:
-            check_choice("skip", part, RESUMABLE)
-        self.step = int(state["step"])
-        self.data_position = int(state["data_position"])
-        self.lr_scale = float(state["lr_scale"])
-        self.model.load_state_dict(state["model"])
-        if "optimizer" in skip:
-            self.optimizer.state.clear()  # what a fresh optimizer holds: no state at all
-        else:
-            self.optimizer.load_state_dict(state["optimizer"])
-        if "scheduler" in skip:
-            self.scheduler.last_epoch = 0  # a fresh LambdaLR: step 0 of the schedule
-        else:
-            self.scheduler.load_state_dict(state["scheduler"])
-        if skip:  # the LR a rebuilt optimizer gets from the schedule it is given
-            self.set_lr_scale(self.lr_scale)
-        torch.set_rng_state(state["rng_cpu"])
-        if self.scaler is not None and "scaler" in state:
-            self.scaler.load_state_dict(state["scaler"])
-        if "rng_cuda" in state and self.device.type == "cuda":
-            torch.cuda.set_rng_state(state["rng_cuda"], self.device)
-
-    def save_checkpoint(self) -> None:
-        self.checkpoints.save(self.step, self.state_dict())
-        self.record.flush()
-        self.trigger_callbacks("on_checkpoint")
-
-    def restore(self, source: int | str | Path) -> None:
-        """Load a checkpoint: a step number of this run's store, or a checkpoint file."""
-        if isinstance(source, int):
-            state = self.checkpoints.load(source)
-        else:
-            if not Path(source).is_file():
-                raise NanlabError(f"checkpoint file {str(source)!r} does not exist")
-            state = safe_load(source)
-        self.load_state_dict(state)
-
-    def restart(self) -> dict:
-        """A job restart before this step (``TrainConfig.restart_at``): save a checkpoint
-        (``torch.save``), then resume from it as a new process would
-        (``torch.load(weights_only=True)``), leaving fresh what ``config.resume_skips``
-        names. A "restart" event records what the resumed state holds, measured on the
-        objects themselves: Adam's step count (0: a fresh optimizer), the schedule's step
-        and the LR; returns that event.
-
-        >>> trainer = Trainer(TrainConfig(steps=4, restart_at=2, resume_skips=("optimizer",),
-        ...                               progress=False))
-        >>> _ = trainer.run()
-        >>> e = trainer.record.events[0]
-        >>> e["kind"], e["step"], e["optimizer_steps"], e["schedule_step"]
-        ('restart', 2, 0, 2)
-        """
-        if self.step not in self.checkpoints.steps():
-            self.save_checkpoint()
-        skips = tuple(self.config.resume_skips)
-        self.load_state_dict(self.checkpoints.load(self.step), skip=skips)
-        self._restarted = True
-        facts = {"checkpoint": self.step, "fresh": list(skips),
-                 "optimizer_steps": optimizer_steps(self.optimizer),
-                 "schedule_step": int(self.scheduler.last_epoch),
-                 "lr": float(self.optimizer.param_groups[0]["lr"])}
-        self.record.log_event("restart", self.step, **facts)
-        return {"kind": "restart", "step": self.step, **facts}
-
-    def _rewarm(self) -> None:
-        """In the ``config.restart_warmup`` steps from ``config.restart_at`` on, this step's
-        LR is the scheduled one times (steps since the restart + 1) / restart_warmup."""
-        c = self.config
-        since = self.step - c.restart_at
-        if not (c.restart_at and c.restart_warmup and 0 <= since < c.restart_warmup):
-            return
-        ramp = (since + 1) / c.restart_warmup
-        sched = self.scheduler
-        for group, base, fn in zip(self.optimizer.param_groups, sched.base_lrs,
-                                   sched.lr_lambdas, strict=True):
-            group["lr"] = base * fn(sched.last_epoch) * ramp
 
     # -- the loop ------------------------------------------------------------------
     def autocast(self):

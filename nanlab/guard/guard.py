@@ -105,7 +105,6 @@ In your own loop (``keep`` and ``rollback`` are only needed for ``recover``)::
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,9 +114,10 @@ from typing import Any
 import torch
 
 from nanlab.batches import frozen, plain
-from nanlab.checkpoint import atomic_save, nonfinite_tensors, safe_load
+from nanlab.checkpoint import atomic_save, nonfinite_tensors
 from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.guard.agree import agree, is_distributed
+from nanlab.guard.snapshots import PlainLoop
 from nanlab.guard.spikes import RTOL, WARMUP, WINDOW, SpikeWatch, Z
 
 MODES = ("stop", "skip", "recover")
@@ -160,7 +160,7 @@ class Decision:
         return self.action == "ok"
 
 
-class Guard:
+class Guard(PlainLoop):
     """Stop, skip or recover on a non-finite step or a loss spike; see the module docstring.
 
     ``mode`` is what a non-finite loss or grad norm triggers; ``spike`` what a loss spike
@@ -247,7 +247,8 @@ class Guard:
         self.trainer = None
         self._model: torch.nn.Module | None = None
         self._optimizer = self._scheduler = None
-        self._kept: dict[int, tuple[bytes, Any, float, tuple]] = {}  # plain loop states
+        self._kept: dict[int, tuple[dict, Any, float, tuple]] = {}  # plain loop states
+        self._spare: list[dict] = []  # buffers of states dropped, for the next keep
         self._detector_at: dict[int, tuple] = {}  # trainer: detector state per checkpoint
         self._checked: dict[int, list[str]] = {}  # saved state -> its non-finite tensors
         self._last: Decision | None = None
@@ -412,7 +413,7 @@ class Guard:
         each is loaded once; a new save at that step clears the entry)."""
         if step not in self._checked:
             state = self.trainer.checkpoints.load(step) if self.trainer is not None \
-                else safe_load(self._kept[step][0])
+                else self._kept_state(step)
             parts = {k: state[k] for k in ("model", "optimizer", "scheduler", "scaler")
                      if k in state}
             self._checked[step] = nonfinite_tensors(parts)
@@ -577,92 +578,6 @@ class Guard:
                 torch.cuda.set_rng_state(self._rng[1], trainer.device)
         again = trainer.forward_backward(info.batch)
         return again.loss_value, again.grad_norm_value
-
-    # -- a plain loop --------------------------------------------------------------------
-    def watch(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-              scheduler: Any = None) -> Guard:
-        """Plain loop: the model, optimizer (and LR scheduler) to snapshot and roll back.
-
-        >>> net = torch.nn.Linear(2, 1)
-        >>> guard = Guard("recover").watch(net, torch.optim.SGD(net.parameters(), lr=0.1))
-        """
-        if self.trainer is not None:
-            raise NanlabError("this Guard is attached to a trainer; watch() is for a plain "
-                              "loop: make a second Guard")
-        self._model, self._optimizer, self._scheduler = model, optimizer, scheduler
-        return self
-
-    def _loop_state(self) -> dict:
-        state = {"model": self._model.state_dict(), "optimizer": self._optimizer.state_dict()}
-        if self._scheduler is not None:
-            state["scheduler"] = self._scheduler.state_dict()
-        return state
-
-    def _need_watch(self, what: str) -> None:
-        if self._optimizer is None:
-            raise NanlabError(f"guard.{what}() needs guard.watch(model, optimizer) first "
-                              "(or attach(trainer), which keeps checkpoints itself)")
-
-    def keep(self, step: int, position: Any = None) -> None:
-        """Plain loop: remember the current state as good, before running ``step``.
-
-        ``position`` is your data position (handed back by :meth:`rollback`). The last two
-        states are kept in memory (a spike at step t needs one from before step t - 1).
-
-        >>> net = torch.nn.Linear(2, 1)
-        >>> guard = Guard("recover").watch(net, torch.optim.SGD(net.parameters(), lr=0.1))
-        >>> guard.keep(0, position=0)
-        """
-        self._need_watch("keep")
-        buf = io.BytesIO()
-        torch.save(self._loop_state(), buf)
-        self._kept[step] = (buf.getvalue(), position, self.lr_scale, self.detectors.state())
-        self._checked.pop(step, None)
-        for old in sorted(self._kept)[:-2]:
-            del self._kept[old]
-
-    def rollback(self) -> tuple[int, Any]:
-        """Plain loop: act on the last "rollback" decision. Loads the kept state, cuts the
-        LR, remembers the batches to skip; returns ``(step, position)`` to resume from.
-
-        >>> # after: decision = guard.check(...); decision.action == "rollback"
-        >>> # step, pos = guard.rollback()
-        """
-        self._need_watch("rollback")
-        d = self._last
-        if d is None or d.action != "rollback":
-            raise NanlabError("guard.rollback() follows a check() that returned "
-                              f"action='rollback'; the last decision was "
-                              f"{d.action if d else None!r}")
-        blob, position, kept_scale, detectors = self._kept[d.to_step]
-        state = safe_load(blob)
-        self._model.load_state_dict(state["model"])
-        self._optimizer.load_state_dict(state["optimizer"])
-        if self._scheduler is not None and "scheduler" in state:
-            self._scheduler.load_state_dict(state["scheduler"])
-        self.lr_scale *= d.lr_factor
-        ratio = self.lr_scale / kept_scale  # the kept state ran at its own, older scale
-        for group in self._optimizer.param_groups:
-            group["lr"] *= ratio
-        if self._scheduler is not None and hasattr(self._scheduler, "base_lrs"):
-            self._scheduler.base_lrs = [lr * ratio for lr in self._scheduler.base_lrs]
-        for s in [s for s in self._kept if s > d.to_step]:  # the abandoned branch
-            del self._kept[s]
-        self.skip_batches.update(d.skip_batches)
-        self.detectors.load(detectors)
-        self._record_rollback(d, self.lr_scale)
-        self._last = None
-        return d.to_step, position
-
-    def next_position(self, position: int) -> int:
-        """Plain loop: the first batch index at or after ``position`` not to be skipped.
-
-        >>> Guard().next_position(3)
-        3
-        """
-        while position in self.skip_batches:
-            position += 1
-        return position
 
 
 __all__ = ["ACTIONS", "MODES", "SPIKE_ACTIONS", "VERDICTS", "Decision", "Guard"]

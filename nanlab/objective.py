@@ -1,0 +1,90 @@
+"""What a training step optimises and at what rate: the loss, the LR schedule, the grad norm.
+
+Kept apart from the trainer so that a lab, a replay or a foreign loop computes the same
+numbers as :class:`nanlab.train.Trainer` does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nanlab.config import TrainConfig
+from nanlab.data import IGNORE_INDEX
+
+
+def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False) -> torch.Tensor:
+    """Next-token cross-entropy, averaged over the targets that are not masked.
+
+    A batch whose targets are all masked has nothing to average over: the mean is
+    0 / 0 = NaN, exactly as in PyTorch's own ``ignore_index`` handling.
+
+    ``naive`` computes the softmax by hand without subtracting the max (see
+    ``TrainConfig.loss_impl``). ``z_loss`` adds ``z_loss * log(Z)^2`` (Z = the softmax
+    normaliser, PaLM's auxiliary loss): it pulls the output logits' scale back towards
+    zero, so they cannot drift up.
+
+    >>> from nanlab.model import GPT, GPTConfig
+    >>> from nanlab.train import TrainConfig, default_task
+    >>> batch = default_task(TrainConfig())(0)
+    >>> model = GPT(GPTConfig())
+    >>> abs(lm_loss(model, batch).item() - math.log(32)) < 0.1   # a fresh model: ln(vocab)
+    True
+    >>> batch.targets[:] = IGNORE_INDEX                             # every target masked
+    >>> lm_loss(model, batch).isnan().item()                       # 0 / 0
+    True
+    """
+    logits = model(batch.tokens, batch.features).flatten(0, 1)  # (B*T, V)
+    targets = batch.targets.flatten()
+    if naive:  # out of autocast, no .float(): fp16 logits stay fp16 on any device
+        keep = targets != IGNORE_INDEX
+        with torch.autocast(logits.device.type, enabled=False):
+            e = torch.exp(logits[keep])  # in fp16, exp(11.1) is already inf
+            p = e.gather(1, targets[keep, None]) / e.sum(-1, keepdim=True)  # x / inf = 0
+            loss = -torch.log(p).mean()
+    else:
+        loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+    if z_loss:
+        keep = targets != IGNORE_INDEX
+        log_z = torch.logsumexp(logits.float()[keep], dim=-1)
+        loss = loss + z_loss * (log_z**2).mean()
+    return loss
+
+
+def lr_factor(step: int, config: TrainConfig) -> float:
+    """The LR multiplier at ``step``: linear warmup, then cosine decay (or constant).
+
+    step < warmup:  (step + 1) / warmup        ramps 1/warmup ... 1
+    after warmup:   min + (1 - min) * (1 + cos(pi * progress)) / 2, progress 0 -> 1
+
+    >>> from nanlab.config import TrainConfig
+    >>> config = TrainConfig(steps=100, warmup_steps=20, min_lr_ratio=0.1)
+    >>> [round(lr_factor(s, config), 3) for s in (0, 19, 20, 99)]
+    [0.05, 1.0, 1.0, 0.1]
+    """
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.schedule == "constant":
+        return 1.0
+    total = config.decay_steps or config.steps
+    progress = min(1.0, (step - config.warmup_steps) / max(1, total - config.warmup_steps))
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))  # 1 -> 0
+    return config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine
+
+
+def global_grad_norm(params: list[nn.Parameter]) -> torch.Tensor:
+    """The L2 norm of all gradients together, as a tensor (no host sync).
+
+    >>> net = nn.Linear(2, 1)
+    >>> net(torch.ones(1, 2)).sum().backward()      # grads: weight [1, 1], bias [1]
+    >>> global_grad_norm(list(net.parameters()))    # sqrt(3)
+    tensor(1.7321)
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    norms = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
+    return torch.linalg.vector_norm(norms)

@@ -1,0 +1,140 @@
+"""How a trainer saves, restores and restarts: the state that makes a run resumable.
+
+A checkpoint holds everything needed to continue bit for bit (weights, optimizer,
+schedule, GradScaler, RNG). ``restart`` plays a job restart that forgets part of it, as
+resume code that loads the weights but not ``optimizer.state_dict()`` does: the
+optimizer-state faults are built on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from nanlab.checkpoint import safe_load
+from nanlab.config import RESUMABLE
+from nanlab.errors import NanlabError, check_choice
+
+
+def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
+    """The fewest updates any parameter's optimizer state has seen: Adam's ``step``, or
+    1 for a state without a count (SGD's momentum buffer); 0 when some parameter has no
+    state at all (a fresh optimizer, or one whose state was never loaded).
+
+    >>> net = torch.nn.Linear(2, 1)
+    >>> opt = torch.optim.AdamW(net.parameters())
+    >>> optimizer_steps(opt)
+    0
+    >>> net(torch.ones(1, 2)).sum().backward(); opt.step()
+    >>> optimizer_steps(opt)
+    1
+    """
+    counts = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            if not state:
+                return 0
+            counts.append(int(state["step"]) if "step" in state else 1)
+    return min(counts, default=0)
+
+
+class Resumable:
+    """The checkpoint half of :class:`nanlab.train.Trainer` (a mixin: it uses the trainer's
+    model, optimizer, scheduler, scaler, checkpoints and record)."""
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue bit for bit: weights, optimizer, schedule, RNG."""
+        state = {"step": self.step, "data_position": self.data_position,
+                 "lr_scale": self.lr_scale, "model": self.model.state_dict(),
+                 "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "rng_cpu": torch.get_rng_state()}
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        if self.device.type == "cuda":
+            state["rng_cuda"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def load_state_dict(self, state: dict, skip: tuple[str, ...] = ()) -> None:
+        """Load a checkpoint's state. ``skip`` names the parts left fresh (a resume that
+        forgets them, see ``TrainConfig.resume_skips``): "optimizer" clears the optimizer's
+        state, as a newly built AdamW holds none (m = v = 0, step 0 on its first update);
+        "scheduler" puts the LR schedule back at step 0 (warmup again, then the peak)."""
+        for part in skip:
+            check_choice("skip", part, RESUMABLE)
+        self.step = int(state["step"])
+        self.data_position = int(state["data_position"])
+        self.lr_scale = float(state["lr_scale"])
+        self.model.load_state_dict(state["model"])
+        if "optimizer" in skip:
+            self.optimizer.state.clear()  # what a fresh optimizer holds: no state at all
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" in skip:
+            self.scheduler.last_epoch = 0  # a fresh LambdaLR: step 0 of the schedule
+        else:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if skip:  # the LR a rebuilt optimizer gets from the schedule it is given
+            self.set_lr_scale(self.lr_scale)
+        torch.set_rng_state(state["rng_cpu"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+        if "rng_cuda" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["rng_cuda"], self.device)
+
+    def save_checkpoint(self) -> None:
+        self.checkpoints.save(self.step, self.state_dict())
+        self.record.flush()
+        self.trigger_callbacks("on_checkpoint")
+
+    def restore(self, source: int | str | Path) -> None:
+        """Load a checkpoint: a step number of this run's store, or a checkpoint file."""
+        if isinstance(source, int):
+            state = self.checkpoints.load(source)
+        else:
+            if not Path(source).is_file():
+                raise NanlabError(f"checkpoint file {str(source)!r} does not exist")
+            state = safe_load(source)
+        self.load_state_dict(state)
+
+    def restart(self) -> dict:
+        """A job restart before this step (``TrainConfig.restart_at``): save a checkpoint
+        (``torch.save``), then resume from it as a new process would
+        (``torch.load(weights_only=True)``), leaving fresh what ``config.resume_skips``
+        names. A "restart" event records what the resumed state holds, measured on the
+        objects themselves: Adam's step count (0: a fresh optimizer), the schedule's step
+        and the LR; returns that event.
+
+        >>> from nanlab.train import TrainConfig, Trainer
+        >>> trainer = Trainer(TrainConfig(steps=4, restart_at=2, resume_skips=("optimizer",),
+        ...                               progress=False))
+        >>> _ = trainer.run()
+        >>> e = trainer.record.events[0]
+        >>> e["kind"], e["step"], e["optimizer_steps"], e["schedule_step"]
+        ('restart', 2, 0, 2)
+        """
+        if self.step not in self.checkpoints.steps():
+            self.save_checkpoint()
+        skips = tuple(self.config.resume_skips)
+        self.load_state_dict(self.checkpoints.load(self.step), skip=skips)
+        self._restarted = True
+        facts = {"checkpoint": self.step, "fresh": list(skips),
+                 "optimizer_steps": optimizer_steps(self.optimizer),
+                 "schedule_step": int(self.scheduler.last_epoch),
+                 "lr": float(self.optimizer.param_groups[0]["lr"])}
+        self.record.log_event("restart", self.step, **facts)
+        return {"kind": "restart", "step": self.step, **facts}
+
+    def _rewarm(self) -> None:
+        """In the ``config.restart_warmup`` steps from ``config.restart_at`` on, this step's
+        LR is the scheduled one times (steps since the restart + 1) / restart_warmup."""
+        c = self.config
+        since = self.step - c.restart_at
+        if not (c.restart_at and c.restart_warmup and 0 <= since < c.restart_warmup):
+            return
+        ramp = (since + 1) / c.restart_warmup
+        sched = self.scheduler
+        for group, base, fn in zip(self.optimizer.param_groups, sched.base_lrs,
+                                   sched.lr_lambdas, strict=True):
+            group["lr"] = base * fn(sched.last_epoch) * ramp

@@ -25,6 +25,12 @@ model, a bad batch on rank 1 only (``tests/test_distributed.py``):
   nothing in DDP notices. With the flags
   all-reduced, both skip and stay bit-identical. The same holds for any check on the
   local loss (``if not math.isfinite(loss.item())``), or for a rollback decision.
+- **A bit flip on rank 1's device** (``bit_flip``, silent data corruption): rank 1's loss
+  is NaN, DDP averages its NaN gradient into rank 0's. With ``Guard(rerun=True)`` both
+  ranks run the step again (the rerun's backward all-reduces too, so every rank must
+  rerun), agree with one all-reduce that the rerun is clean (transient), and apply its
+  update: both end bit-identical to the run without the flip. A NaN in the data, with the
+  same guard, comes back on the rerun (persistent) and is skipped on both ranks.
 
 To try it from a notebook or a script (spawned processes need a module-level function)::
 

@@ -142,3 +142,29 @@ def test_it_finds_the_linear_of_a_model_nanlab_did_not_make():
     assert not math.isfinite(losses[2]) and math.isfinite(losses[3])
     assert guard.counts["transient"] == 1
     assert losses[3] == losses[1]  # no update: the forward pass is the same again
+
+
+def test_a_hugging_face_llama_gets_the_flip_and_the_rerun_heals_it():
+    pytest.importorskip("transformers")
+    from foreign_scenarios import base, hf_loss, llama, lm_batch
+
+    from nanlab.train import Trainer
+
+    def make(guard: bool):
+        torch.manual_seed(0)
+        model = llama()
+        inj = faults.inject("bit_flip", model=model, batches=lm_batch, at_step=5)
+        trainer = Trainer(base(steps=8, checkpoint_every=0, record_every=0), model=model,
+                          batches=inj.batches, loss_fn=hf_loss)
+        if guard:
+            Guard("skip", rerun=True).attach(trainer)
+        trainer.run()
+        return trainer, inj
+
+    bad, inj = make(guard=False)
+    assert "model.layers.0.self_attn.q_proj" in inj.notes[0]  # the first nn.Linear
+    assert bad.record.first_nonfinite_step == 5
+    healed, _ = make(guard=True)
+    (rerun,) = [e for e in healed.record.events if e["kind"] == "rerun"]
+    assert (rerun["step"], rerun["verdict"]) == (5, "transient")
+    assert all(torch.isfinite(p).all() for p in healed.model.parameters())

@@ -100,8 +100,8 @@ QUESTIONS = [
         "A colleague fine-tunes a pretrained model with a fresh AdamW, no warmup, at 2x "
         "the usual LR: 'pretrained weights are stable, they will barely move.' What did "
         "the toy's weight displacement show after 40 steps?",
-        ["the pretrained matrices moved about as far as a random init's, most of them "
-         "by more than their own size",
+        ["the pretrained weights moved about as far as a random init's, by more than "
+         "their own size",
          "the pretrained weights moved a few percent of their size; only the random "
          "init's moved far",
          "the pretrained run went NaN",

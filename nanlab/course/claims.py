@@ -108,8 +108,10 @@ FOUND = {
     "M10": "Rollback + batch skip + LR / 10 only when the failure comes back (PaLM's "
            "recipe plus the article's); on a one-step LR glitch it does worse than "
            "leaving the spike alone, at each of seeds 0-2.",
-    "M11": "AdamW learns the toy fastest, ahead of NAdam and SGD; a pretrained start hit by "
-           "a high LR jumps higher than a random one (0.60 to 6.6) but ends lower.",
+    "M11": "At each optimizer's best LR of a 3-LR sweep, AdamW ends lowest, then NAdam, "
+           "then SGD, on each of seeds 0-2 (40 steps); a careless fine-tune (LR 0.01, no "
+           "warmup) moves a pretrained start as far as a random one (more than its own "
+           "size); the pretrained run still ends lower, on each of seeds 1-3.",
     "M12": "The manifest holds config, seed, fault, fixes, versions, git commit, device "
            "and the optimizer class really used.",
     "M13": "Megatron-LM and DeepSpeed all-reduce the found-inf flag; without that, a "

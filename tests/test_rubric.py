@@ -305,3 +305,49 @@ def test_a_wrong_zero_std_answer_is_capped():
 def test_negation_in_english_and_chinese(answer, credited):
     point = KeyPoint("roll back", ("roll back", "回滚"))
     assert (score_answer(answer, [point]).score == 1.0) is credited, answer
+
+
+# ------------------------------------------------- every bank question fails wrong answers
+
+
+def _bank_questions():
+    from nanlab.interview import load_bank
+
+    return load_bank()
+
+
+@pytest.mark.parametrize("question", _bank_questions(), ids=lambda q: q.id)
+def test_every_bank_question_fails_its_wrong_answers(question):
+    """Each question ships whole wrong answers (a plausible one built from its common
+    mistakes, and its own answer negated sentence by sentence): each scores at most the
+    wrong-claim cap and the feedback names what was wrong, while the bank's answer
+    still earns full marks."""
+    from nanlab.course.rubric import WRONG_CLAIM_CAP
+
+    assert question.score(question.answer).score == 1.0, question.id
+    assert len(question.wrong_answers) >= 2, f"{question.id}: needs at least two wrong answers"
+    for wrong in question.wrong_answers:
+        result = question.score(wrong)
+        assert result.score <= WRONG_CLAIM_CAP, (question.id, result.score, result.present, wrong)
+        named = result.wrong + result.negated + result.missing
+        assert named, (question.id, wrong)
+        for claim in result.wrong:
+            assert claim in result.feedback
+        if result.wrong:
+            assert "Wrong, so the score is capped" in result.feedback
+        elif result.negated:
+            assert "Negated, so not counted" in result.feedback
+        else:
+            assert "Missing:" in result.feedback or "Named but not explained" in result.feedback
+
+
+def test_chinese_wrong_answers_are_caught_too():
+    """Chinese synonyms of the wrong claims work: the Chinese wrong answers in the bank
+    are capped by a wrong claim, not only by missing points."""
+    import re
+
+    chinese = [(q, w) for q in _bank_questions() for w in q.wrong_answers
+               if len(re.findall(r"[\u4e00-\u9fff]", w)) > len(w) / 3]
+    assert len(chinese) >= 5
+    for question, wrong in chinese:
+        assert question.score(wrong).wrong, (question.id, wrong)

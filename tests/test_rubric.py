@@ -311,9 +311,11 @@ def test_negation_in_english_and_chinese(answer, credited):
 
 
 def _bank_questions():
+    """Every question of the shipped bank, its inline follow-ups included."""
     from nanlab.interview import load_bank
 
-    return load_bank()
+    bank = load_bank()
+    return bank + [f.question for q in bank for f in q.follow_ups if f.question]
 
 
 @pytest.mark.parametrize("question", _bank_questions(), ids=lambda q: q.id)

@@ -54,7 +54,7 @@ TOPIC_LABELS: dict[str, str] = {
     "recovery": "rollback and recovery (回滚 / 恢复)",
     "distributed": "distributed training (分布式训练)",
     "process": "method and answering (排查流程 / 答题)",
-    "large_runs": "large runs: optimizer state, LLM data, accumulation, SDC, incidents (大规模训练)",
+    "large_runs": "large runs: optimizer state, LLM data, accumulation, SDC (大规模训练)",
 }
 
 LEVELS: tuple[str, ...] = ("new_grad", "experienced", "senior")

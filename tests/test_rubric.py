@@ -353,3 +353,19 @@ def test_chinese_wrong_answers_are_caught_too():
     assert len(chinese) >= 5
     for question, wrong in chinese:
         assert question.score(wrong).wrong, (question.id, wrong)
+
+
+@pytest.mark.parametrize("answer, asserted", [
+    ("I clip before unscale_ and then call scaler.step.", True),
+    ("When the loss is NaN, I clip before unscale_ and step.", True),
+    ("If you clip before unscale_, max_norm means nothing, so unscale first.", False),
+    ("如果先裁剪再unscale，阈值就没有意义。", False),
+    ("例如先裁剪再unscale也可以。", True),  # 例如 is "for example", not a condition
+])
+def test_a_wrong_claim_inside_a_condition_is_not_asserted(answer, asserted):
+    """Warning against a mistake ("if you do X, ...") is not making it."""
+    from nanlab.course.rubric import WrongClaim
+
+    claim = WrongClaim("clip before unscale_", ("clip before unscale_", "先裁剪再unscale"))
+    point = KeyPoint("unscale first", ("unscale",))
+    assert bool(score_answer(answer, [point], [claim]).wrong) is asserted, answer

@@ -369,3 +369,23 @@ def test_a_wrong_claim_inside_a_condition_is_not_asserted(answer, asserted):
     claim = WrongClaim("clip before unscale_", ("clip before unscale_", "先裁剪再unscale"))
     point = KeyPoint("unscale first", ("unscale",))
     assert bool(score_answer(answer, [point], [claim]).wrong) is asserted, answer
+
+
+@pytest.mark.parametrize("qid, answer", [
+    ("grad-accum-gradscaler", "If step() and update() run after every micro-batch, the optimizer "
+                              "steps on partial sums and the scale changes mid-accumulation."),
+    ("token-id-beyond-vocab", "On one device PyTorch always raises an IndexError, but Megatron's "
+                              "vocab-parallel layers mask the id silently."),
+    ("adam-b2-quiet-layer", "A larger b2 makes v slower to catch up, so the overshoot gets worse; "
+                            "lower b2 instead."),
+    ("opt-bloom-incidents", "The often quoted 2.5 to 1.0 clipping story comes from abandoned "
+                            "earlier runs; the paper clips at 1.0 and then 0.3."),
+    ("grad-accum-mean-of-means", "The two are equivalent only when every micro-batch has the "
+                                 "same number of tokens."),
+    ("amp-api", "If you clip before unscale_, the threshold is applied to scaled gradients."),
+])
+def test_describing_a_mistake_is_not_making_it(qid, answer):
+    """Good answers name the mistake they avoid; the wrong claims must not fire on them."""
+    from nanlab.interview import get_question
+
+    assert get_question(qid).score(answer).wrong == [], answer

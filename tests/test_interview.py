@@ -832,3 +832,11 @@ def test_scaler_update_without_a_step_is_loud(bank):
         scaler.update()
     assert "No inf checks were recorded prior to update" in get_question(
         "grad-accum-gradscaler", bank).answer
+
+
+def test_wrong_answers_must_be_a_list_of_text(raw):
+    raw[0]["wrong_answers"] = "just one string"
+    raw[1]["wrong_answers"] = []
+    msgs = problems_of(raw)
+    assert any(m.startswith("questions[0]") and "'wrong_answers'" in m for m in msgs)
+    assert any(m.startswith("questions[1]") and "'wrong_answers'" in m for m in msgs)

@@ -389,3 +389,25 @@ def test_describing_a_mistake_is_not_making_it(qid, answer):
     from nanlab.interview import get_question
 
     assert get_question(qid).score(answer).wrong == [], answer
+
+
+@pytest.mark.parametrize("qid, answer", [
+    ("grad-accum-all-masked",
+     "标签全是-100，也就是ignore_index，这个micro-batch没有有效token，"
+     "用mean归约时就是0 / 0得到NaN。"
+     "梯度累积是求和，一个micro-batch的NaN会污染整个优化器步，其他micro-batch没法稀释。"
+     "用fp16时GradScaler会跳过这一步并把缩放因子减半，从而掩盖真正的原因。"
+     "修复方法是把所有micro-batch的loss求和后除以总token数并至少为1，在整理数据时丢掉没有有效token的"
+     "micro-batch，并记录每个micro-batch的token数。"),
+    ("sdc-bit-flip",
+     "这是静默数据损坏：某个比特翻转了但没有任何报错。如果翻转的是指数位，数值会变成极大值甚至inf，"
+     "再经过softmax变成NaN，并通过all-reduce扩散到所有rank。像Megatron的RerunStateMachine那样，"
+     "先在同一块GPU上原地重跑这一步，不能复现就是瞬时错误；能复现就换另一块GPU重跑，"
+     "只在原来那块GPU上复现说明是持续性的硬件故障。要保证能精确重放，记录每次出错的节点和GPU，"
+     "多次出错就把节点下线。"),
+])
+def test_good_chinese_answers_to_large_run_questions_score_high(qid, answer):
+    from nanlab.interview import get_question
+
+    result = get_question(qid).score(answer)
+    assert result.score == 1.0 and not result.wrong, (result.missing, result.wrong)

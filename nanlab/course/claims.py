@@ -128,8 +128,9 @@ FOUND = {
           "prevent.",
     "I2": "Three levels (new graduate, experienced, senior), each with its template and "
           "typical mistake.",
-    "I3": "46 questions, each with a rubric (English and Chinese synonyms) and 1-3 "
-          "follow-ups chosen from what the answer missed.",
+    "I3": "A bank of questions (Lab 10 prints its size), each with a rubric (English and "
+          "Chinese synonyms), wrong answers that must score low, and 1-3 follow-ups chosen "
+          "from what the answer missed.",
     "I4": "star_story() writes Situation, Task, Action, Result from the learner's own run: "
           "step of the NaN, grad-norm jump, what was ruled out, loss against the clean run.",
     "W1": "Every lab and the question bank use torch.amp.autocast(device_type=...) and "

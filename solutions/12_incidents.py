@@ -184,9 +184,9 @@ print("worst loss after the spike step below 0.1:", recovered[t:].max() < 0.1)
 # and **over 100 hosts** cycled in 2 months. The day-by-day account is the metaseq
 # logbook (`projects/OPT/chronicles`).
 #
-# The toy analogue: go back to the checkpoint 100 steps before our toy spike (as far
-# back as PaLM did) and continue over the same batches with one change, as OPT changed
-# things mid-flight.
+# The toy analogue: go back to section 1's far state (100 steps before the window, a
+# little further than PaLM went) and continue over the same batches with one change,
+# as OPT changed things mid-flight.
 
 # %%
 def continue_from(start, lr_scale=1.0, grad_clip=0.0):

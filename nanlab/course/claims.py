@@ -150,6 +150,15 @@ FOUND = {
           "sensitivity (0.82 against 1.13) and keeps the max attention logit at LR 0.3 "
           "below 1e3 where the baseline's passes 1e4; no warmup raises it; z-loss 1e-4 has "
           "no effect in 150 steps.",
+    "W6": "A toy run (AdamW 1e-2, b2 0.99, constant LR, no injected fault) spikes at "
+          "step 255; the 30 batches around it spike from the state 15 steps before (rise "
+          "x290) and not from the state 100 steps earlier (x1.2), as in PaLM, yet the near "
+          "state spikes on unseen batches too: here the state alone suffices. "
+          "Guard('recover') skips data three times, the spike keeps coming back, the LR "
+          "cut ends it; from 115 steps back, LR x 0.5 or clipping at 1.0 or 0.3 each "
+          "remove it (OPT); "
+          "fp16 at LR 0.2 turns non-finite where bf16 stays finite; the embedding "
+          "LayerNorm (BLOOM) and QK-norm (OLMo 2) each remove the spike (one seed).",
 }
 
 
@@ -161,7 +170,7 @@ L00, L01, L02, L03, L04 = "00_start_here", "01_numbers", "02_dirty_data", "03_le
     "04_mixed_precision"
 L05, L06, L07, L08, L09, L10 = "05_init_depth", "06_norms_softmax", "07_sop_mystery", \
     "08_guard_recovery", "09_data_parallel", "10_interview"
-L11 = "11_lr_sensitivity"
+L11, L12 = "11_lr_sensitivity", "12_incidents"
 
 CLAIMS: tuple[Claim, ...] = (
     _c("C1", "Gradient explosion ends in NaN",
@@ -345,6 +354,16 @@ CLAIMS: tuple[Claim, ...] = (
        (L08, "## 8. Acting before the NaN: a loss-spike detector"),
        (L08, "## 5. Recover: roll back, skip the data, cut the LR"),
        (L11, "## 7. LR sensitivity per recipe, beside the paper")),
+    _c("W6", "What the famous incidents did",
+       "Four large runs published their failures and fixes: PaLM rolled back and skipped "
+       "batches, OPT-175B restarted at a lower LR and clipped tighter, BLOOM moved to bf16 "
+       "with an embedding LayerNorm, OLMo 2 changed init, norms, z-loss and AdamW.",
+       "extended",
+       (L12, "## 1. PaLM 540B: the same batches from an earlier state"),
+       (L12, "## 2. PaLM's recipe: roll back, skip the batches"),
+       (L12, "## 3. OPT-175B: an earlier checkpoint, a lower LR, tighter clipping"),
+       (L12, "## 4. BLOOM: fp16, bf16 and the embedding LayerNorm"),
+       (L12, "## 5. OLMo 2: eight changes for stability")),
 )
 
 

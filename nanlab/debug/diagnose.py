@@ -47,6 +47,7 @@ import torch.nn as nn
 
 from nanlab import faults as faults_mod
 from nanlab.debug.hardware_checks import check_transient
+from nanlab.debug.restart_checks import check_restarts, check_woken_layers
 from nanlab.debug.runs import load_run
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
@@ -60,7 +61,6 @@ RELU_TYPES = (nn.ReLU, nn.ReLU6, nn.Threshold)  # units that can die (output exa
 EXPLOSION_DECADES = 3.0  # grad norm growth (orders of magnitude) that counts as explosion
 LR_CUTS = ((10, "lr_div10"), (100, "lr_div100"))  # tried in turn before the LR is ruled out
 MIN_REPLAY_STEPS = 100  # long enough for the toy to learn to ~0.4 from ~3.5
-RESTART_WINDOW = 50  # a restart at most this many steps before the symptom is suspect
 
 Builder = Callable[[TrainConfig], Trainer]
 
@@ -293,85 +293,6 @@ def _lr_jump(record: RunRecord, near: int | None) -> str | None:
     return f"the recorded LR jumps {ratio[j - 1]:.0f}x at step {j} ({lr[j-1]:.3g} -> {lr[j]:.3g})"
 
 
-def _check_restarts(run, step: int | None) -> tuple[str | None, Finding | None]:
-    """A restart of the job shortly before the symptom, read from the "restart" events
-    the trainer logs (what the resumed state held, measured on the optimizer and the
-    scheduler themselves) and from the checkpoint it resumed from: an optimizer with no
-    state after k steps of training (Adam's step count 0) is a fresh one, a schedule
-    whose step differs from the run's started again. Returns (the fault, the finding),
-    or (None, None) when no restart explains the symptom."""
-    for e in run.record.events:
-        if e.get("kind") != "restart" or "optimizer_steps" not in e:
-            continue
-        at = int(e["step"])
-        if at <= 0 or (step is not None and not 0 <= step - at <= RESTART_WINDOW):
-            continue
-        follows = f"; the symptom follows at step {step}" if step is not None else ""
-        if e["optimizer_steps"] == 0:
-            saved = _saved_optimizer_steps(run.trainer, int(e.get("checkpoint", at)))
-            held = f" (its checkpoint holds Adam's state at step {saved})" if saved else ""
-            return "resume_fresh_optimizer", Finding(
-                "grad_norms", "cause",
-                f"the run restarted at step {at} with an empty optimizer state{held}: Adam "
-                f"counts from step 0 again, so its first update is about lr * sign(grad) on "
-                f"every weight (LR {e.get('lr', math.nan):.3g}){follows}")
-        if e["schedule_step"] != at:
-            lr = run.record.column("lr")
-            before = f"{lr[at - 1]:.3g} -> " if 0 < at <= len(lr) else ""
-            peak = f", back to {np.nanmax(lr[at:]):.3g} later" if at < len(lr) else ""
-            return "resume_reset_schedule", Finding(
-                "lr", "cause",
-                f"the run restarted at step {at} with its LR schedule at step "
-                f"{e['schedule_step']} (LR {before}{e.get('lr', math.nan):.3g}{peak}): "
-                f"the schedule started again{follows}")
-    return None, None
-
-
-def _check_woken_layers(run, step: int | None) -> Finding | None:
-    """Layers that woke up shortly before the symptom, read from the per-layer grad-norm
-    history: a grad norm of exactly 0 at every recorded step, then not. Adam stepped them
-    with m = v = 0 all along, so its step count ran on while v stayed empty; with a b2
-    near 1 the bias correction 1 - b2^t is far below 1 and v_hat lags far behind g^2 for
-    tens of steps once real gradients arrive: updates of several times the LR. None when
-    no layer woke up in the window or the optimizer keeps no second moment."""
-    if step is None or not run.record.layers:
-        return None
-    betas = run.trainer.optimizer.param_groups[0].get("betas")
-    if not betas:
-        return None
-    names, steps, grid = run.record.layer_matrix("grad_norm")
-    woke = []
-    for name, row in zip(names, grid, strict=True):
-        seen = np.isfinite(row)
-        nonzero = np.flatnonzero(seen & (row > 0))
-        if not len(nonzero) or nonzero[0] == 0:
-            continue
-        first = int(nonzero[0])
-        at = int(steps[first])
-        if np.all(row[:first][seen[:first]] == 0) and 0 <= step - at <= RESTART_WINDOW:
-            woke.append((name, at, float(row[first])))
-    if not woke:
-        return None
-    b2, at = float(betas[1]), min(w[1] for w in woke)
-    listed = ", ".join(w[0] for w in woke[:2]) + (f" and {len(woke) - 2} more"
-                                                   if len(woke) > 2 else "")
-    return Finding("grad_norms", "cause",
-                   f"{len(woke)} layer(s) ({listed}) had a grad norm of exactly 0 at every "
-                   f"recorded step before step {at}, then {woke[0][2]:.3g}: Adam stepped "
-                   f"them with m = v = 0, and with b2 = {b2:g} the bias correction "
-                   f"1 - b2^{at} = {1 - b2 ** at:.2f} leaves v_hat far below g^2 once "
-                   f"they wake up; the symptom follows at step {step}")
-
-
-def _saved_optimizer_steps(trainer, step: int) -> int | None:
-    """Adam's step count in the checkpoint of ``step`` (None: not kept, or no count)."""
-    if step not in trainer.checkpoints.steps():
-        return None
-    state = trainer.checkpoints.load(step).get("optimizer", {}).get("state", {})
-    counts = [int(s["step"]) for s in state.values() if isinstance(s, dict) and "step" in s]
-    return min(counts) if counts else None
-
-
 def _init_and_eps(run) -> tuple[str | None, str | None, str]:
     """Look at the model itself: weight scale at step 0, norm eps, dead activations.
 
@@ -469,15 +390,14 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     # A restart just before the symptom (the run's own log): what the resume left fresh;
     # or layers whose gradients were exactly 0 and woke up just before a spike
     if cause is None:
-        kind, f = _check_restarts(run, step)
-        if f is not None:
-            findings.append(f)
+        kind, sop_step, text = check_restarts(run, step)
+        if kind is not None:
+            findings.append(Finding(sop_step, "cause", text))
             cause, detail = "optimizer_state", kind
             fix = cure_for(cause, detail)
     if cause is None and symptom == "spike":
-        f = _check_woken_layers(run, step)
-        if f is not None:
-            findings.append(f)
+        if text := check_woken_layers(run, step):
+            findings.append(Finding("grad_norms", "cause", text))
             cause, detail = "optimizer_state", "adam_unfreeze_spike"
             fix = cure_for(cause, detail)
 

@@ -451,9 +451,9 @@ check("bit_exact_resume", resumed_run, test=resume_test,
       hints=["A resume is exact only if every object whose state changes during training "
              "comes back: the weights, Adam's m, v and step count, the schedule's step, the "
              "loss scaler's scale, and the random numbers dropout will draw.",
-             "Each of model, optimizer, scheduler and scaler has `state_dict()` and "
-             "`load_state_dict()`; the global RNG is `torch.get_rng_state()` / "
-             "`torch.set_rng_state()`.",
+             "Each of model, optimizer, scheduler and scaler has a state_dict and a "
+             "load_state_dict method; the global RNG has torch.get_rng_state and "
+             "torch.set_rng_state.",
              "`return {'model': model.state_dict(), 'optimizer': optimizer.state_dict(), "
              "'scheduler': scheduler.state_dict(), 'scaler': scaler.state_dict(), "
              "'rng': torch.get_rng_state()}`, and in `load_state` one `load_state_dict` per "

@@ -18,7 +18,7 @@ QUESTIONS = [
         explanation="At step 1 bias correction gives m_hat = g and v_hat = g^2, so the "
         "update is lr * g / (|g| + eps) = lr * sign(g) for any gradient well above eps: "
         "every weight moves by the full LR.",
-        hints=["Compute m_hat and v_hat at t = 1 from m = v = 0.",
+        hints=["Compute m_hat and v_hat at the first step, starting from zero moments.",
                "m_hat / sqrt(v_hat) = g / |g|."],
     ),
     MultipleChoiceQuestion(

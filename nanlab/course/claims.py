@@ -147,6 +147,13 @@ FOUND = {
           "sensitivity (0.82 against 1.13) and keeps the max attention logit at LR 0.3 "
           "below 1e3 where the baseline's passes 1e4; no warmup raises it; z-loss 1e-4 has "
           "no effect in 150 steps.",
+    "W7": "A resume that builds a fresh AdamW moves 99.8% of the weights by the LR "
+          "(within 1%) on its first step, against a median of 0.12 lr with the state "
+          "loaded: the loss spikes 11x one step after the restart. A resume that resets "
+          "the schedule spikes 7x about 20 steps later, at the peak LR. A layer frozen by "
+          "a gradient mask for 100 steps moves 0.98 lr at b2 = 0.999 (the formula: 0.98), "
+          "0.45 lr at 0.95; the loss 6.5x against 2.2x. diagnose names all three and "
+          "proves the cure; the guard passes over a state whose exp_avg_sq is inf.",
 }
 
 
@@ -159,6 +166,7 @@ L00, L01, L02, L03, L04 = "00_start_here", "01_numbers", "02_dirty_data", "03_le
 L05, L06, L07, L08, L09, L10 = "05_init_depth", "06_norms_softmax", "07_sop_mystery", \
     "08_guard_recovery", "09_data_parallel", "10_interview"
 L11 = "11_lr_sensitivity"
+L13 = "13_optimizer_state"
 
 CLAIMS: tuple[Claim, ...] = (
     _c("C1", "Gradient explosion ends in NaN",
@@ -342,6 +350,18 @@ CLAIMS: tuple[Claim, ...] = (
        (L08, "## 8. Acting before the NaN: a loss-spike detector"),
        (L08, "## 5. Recover: roll back, skip the data, cut the LR"),
        (L11, "## 7. LR sensitivity per recipe, beside the paper")),
+    _c("W7", "A resume must restore more than the weights",
+       "Restarts that lose Adam's state or the LR schedule, a layer unfrozen under Adam's "
+       "b2 = 0.999, and a checkpoint whose optimizer state is non-finite: finite spikes "
+       "the article does not cover.",
+       "extended",
+       (L13, "## 1. A restart that forgets Adam's state"),
+       (L13, "## 2. Adam's first step, by formula"),
+       (L13, "## 3. A restart that forgets the LR schedule"),
+       (L13, "## 4. A layer that wakes up under b2 = 0.999"),
+       (L13, "## 5. `diagnose` names the cause and proves the cure"),
+       (L13, "## 6. Never roll back to a poisoned optimizer state"),
+       (L13, "## 7. Exercise: a resume that is bit-exact")),
 )
 
 

@@ -157,8 +157,8 @@ print("clean: the median weight moves by less than half the LR:",
 # `m_hat = (1−b1)·g / (1−b1) = g`,  `v_hat = (1−b2)·g² / (1−b2) = g²`,
 # so `m_hat / sqrt(v_hat) = g / |g| = sign(g)`.
 #
-# The first update is `lr · sign(g)` whatever `g` is: the eps is the only thing that
-# stops it, and only for gradients below about 1e-8. Check it on one weight:
+# The first update is `lr · sign(g)` whatever `g` is; only the eps (1e-8) shrinks it,
+# and only for gradients near that size. Check it on one weight:
 
 # %%
 for g in (1e-6, 1e-2, 10.0):
@@ -275,10 +275,11 @@ print("b2 0.95 stays under 3x:", height[0.95] < 3)
 
 # %% [markdown]
 # A frozen-then-unfrozen layer is common: a new head trained first, adapters, a
-# progressive unfreeze in fine-tuning. If the freeze is a mask (or `requires_grad`
-# toggled while the parameter stays in the optimizer), Adam's count runs on without
-# its moments. Cures: b2 = 0.95, a short warmup for the unfrozen group, or adding the
-# parameters to the optimizer only when they start to train.
+# progressive unfreeze in fine-tuning. If the freeze is a gradient mask, Adam's count
+# runs on without its moments. (PyTorch's Adam skips a parameter whose `.grad` is
+# None, so a `requires_grad=False` freeze does not count.) Adding the layer to the
+# optimizer only when it wakes up is no cure: its state is then fresh, section 2's
+# case. The measured cure here is b2 = 0.95.
 #
 # ## 5. `diagnose` names the cause and proves the cure
 #
@@ -311,8 +312,8 @@ for name, want in (("resume_fresh_optimizer", "resume_full_state"),
 # ## 6. Never roll back to a poisoned optimizer state
 #
 # A rollback trusts the "last good" checkpoint. Good must mean the whole state. A
-# gradient of 1e22 is finite in fp32, but Adam stores `(1 − b2)·g²`, about 5e42, past
-# fp32's maximum (3.4e38): `exp_avg_sq` overflows to inf, while the update
+# gradient of 1e22 is finite in fp32, but Adam's `v` adds `(1 − b2)·g²`, and `g²` =
+# 1e44 is past fp32's maximum (3.4e38): `exp_avg_sq` overflows to inf, while the update
 # `m / sqrt(inf) = 0` leaves the weight finite. A checkpoint saved then looks healthy
 # by its weights. (In a real run: `deep_explosion` of Lab 05 does this on the step its
 # grad norm overflows; `tests/test_optimizer_state.py` replays it.)
@@ -354,8 +355,9 @@ print("state 2 is logged as a bad checkpoint:",
 #
 # The real cure for sections 1 and 3 is a resume that loses nothing. Its proof is
 # strong: a run interrupted and resumed gives **the same bits** as one that was never
-# interrupted. Megatron-LM's checkpoint holds the model, `optimizer.state_dict()`, the
-# `opt_param_scheduler` state and the RNG states (`megatron/training/checkpointing.py`);
+# interrupted. Megatron-LM's checkpoint holds the model, the optimizer's state, the
+# `opt_param_scheduler` state and the Python, NumPy, torch and CUDA RNG states
+# (`generate_state_dict` and `get_rng_state` in `megatron/training/checkpointing.py`);
 # PyTorch's recipe *Saving and loading a general checkpoint* says to save the
 # optimizer's state_dict besides the model's.
 #

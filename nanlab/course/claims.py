@@ -159,6 +159,13 @@ FOUND = {
           "remove it (OPT); "
           "fp16 at LR 0.2 turns non-finite where bf16 stays finite; the embedding "
           "LayerNorm (BLOOM) and QK-norm (OLMo 2) each remove the spike (one seed).",
+    "W7": "A resume that builds a fresh AdamW moves 99.8% of the weights by the LR "
+          "(within 1%) on its first step, against a median of 0.12 lr with the state "
+          "loaded: the loss spikes 11x one step after the restart. A resume that resets "
+          "the schedule spikes 7x about 20 steps later, at the peak LR. A layer frozen by "
+          "a gradient mask for 100 steps moves 0.98 lr at b2 = 0.999 (the formula: 0.98), "
+          "0.45 lr at 0.95; the loss 6.5x against 2.2x. diagnose names all three and "
+          "proves the cure; the guard passes over a state whose exp_avg_sq is inf.",
 }
 
 
@@ -170,7 +177,7 @@ L00, L01, L02, L03, L04 = "00_start_here", "01_numbers", "02_dirty_data", "03_le
     "04_mixed_precision"
 L05, L06, L07, L08, L09, L10 = "05_init_depth", "06_norms_softmax", "07_sop_mystery", \
     "08_guard_recovery", "09_data_parallel", "10_interview"
-L11, L12 = "11_lr_sensitivity", "12_incidents"
+L11, L12, L13 = "11_lr_sensitivity", "12_incidents", "13_optimizer_state"
 
 CLAIMS: tuple[Claim, ...] = (
     _c("C1", "Gradient explosion ends in NaN",
@@ -364,6 +371,18 @@ CLAIMS: tuple[Claim, ...] = (
        (L12, "## 3. OPT-175B: an earlier checkpoint, a lower LR, tighter clipping"),
        (L12, "## 4. BLOOM: fp16, bf16 and the embedding LayerNorm"),
        (L12, "## 5. OLMo 2: eight changes for stability")),
+    _c("W7", "A resume must restore more than the weights",
+       "Restarts that lose Adam's state or the LR schedule, a layer unfrozen under Adam's "
+       "b2 = 0.999, and a checkpoint whose optimizer state is non-finite: finite spikes "
+       "the article does not cover.",
+       "extended",
+       (L13, "## 1. A restart that forgets Adam's state"),
+       (L13, "## 2. Adam's first step, by formula"),
+       (L13, "## 3. A restart that forgets the LR schedule"),
+       (L13, "## 4. A layer that wakes up under b2 = 0.999"),
+       (L13, "## 5. `diagnose` names the cause and proves the cure"),
+       (L13, "## 6. Never roll back to a poisoned optimizer state"),
+       (L13, "## 7. Exercise: a resume that is bit-exact")),
 )
 
 

@@ -12,6 +12,7 @@
 'validate_data'
 """
 
+from nanlab.faults import llm_data  # noqa: F401, I001  (registers its faults and fix)
 from nanlab.faults.catalogue import FAULTS, SIGNATURES, SOP_STEPS, Fault, Param, get_fault, register
 from nanlab.faults.fixes import FIXES, Fix, batch_problems, get_fix
 from nanlab.faults.inject import Injection, inject

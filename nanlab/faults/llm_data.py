@@ -39,6 +39,7 @@ from nanlab.faults.inject import Injection
 from nanlab.train import Trainer
 
 MAX_TOKEN_SHARE = 0.5  # a sequence whose most common token is more than half of it is junk
+MIN_TOKENS = 8  # a shorter sequence (after padding is left out) is too short to judge
 ROW_SEED = 1_000_003  # the rows and positions a data fault hits: a pure function of the step
 
 
@@ -205,7 +206,8 @@ def degenerate_rows(tokens: torch.Tensor, labels: torch.Tensor | None = None,
                     max_share: float = MAX_TOKEN_SHARE) -> tuple[torch.Tensor, torch.Tensor]:
     """(rows to drop, each row's top-token share): the share of a sequence's tokens that
     are its most common token, counted over the positions whose label is not masked
-    (padding is not junk), against ``max_share``.
+    (padding is not junk), against ``max_share``; a sequence with fewer than
+    ``MIN_TOKENS`` such positions is too short to judge and is kept.
 
     A token-level cousin of Gopher's "top n-gram character fraction" filter (Rae et al.
     2021, Table A1): the toy's clean sequences count in strides, so their most common
@@ -217,12 +219,13 @@ def degenerate_rows(tokens: torch.Tensor, labels: torch.Tensor | None = None,
     """
     keep = labels != IGNORE_INDEX if labels is not None and labels.shape == tokens.shape \
         else torch.ones_like(tokens, dtype=torch.bool)
-    shares = []
+    shares, counted = [], []
     for row, k in zip(tokens, keep, strict=True):
         kept = row[k] if k.any() else row
         shares.append(float(torch.unique(kept, return_counts=True)[1].max()) / len(kept))
+        counted.append(len(kept))
     share = torch.tensor(shares)
-    return share > max_share, share
+    return (share > max_share) & (torch.tensor(counted) >= MIN_TOKENS), share
 
 
 def _rows(batch, keep: torch.Tensor):
@@ -281,5 +284,5 @@ def oov_ids(trainer: Trainer, batch) -> list[tuple[str, int, tuple, int]]:
     return found
 
 
-__all__ = ["MAX_TOKEN_SHARE", "degenerate_rows", "input_embedding", "label_shift", "oov_ids",
-           "token_paths"]
+__all__ = ["MAX_TOKEN_SHARE", "MIN_TOKENS", "degenerate_rows", "input_embedding", "label_shift",
+           "oov_ids", "token_paths"]

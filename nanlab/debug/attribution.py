@@ -39,7 +39,11 @@ CULPRIT_FACTOR = 3.0  # a sample whose loss is above 3x the batch's median carri
 
 @dataclass(frozen=True)
 class SampleLoss:
-    """One sample of a batch: its loss alone, its most common token and that token's share."""
+    """One sample of a batch: its loss alone, its most common token and that token's share.
+
+    >>> SampleLoss(index=2, loss=4.1, top_token=7, top_share=1.0).top_share
+    1.0
+    """
 
     index: int
     loss: float
@@ -115,6 +119,12 @@ def per_sample_loss(model: nn.Module, batch: Any,
     mode without gradients and is left as it was. ``state`` (a ``state_dict``, e.g. a
     checkpoint's "model") scores a copy of the model with those weights instead: the
     model as it was when the batch arrived.
+
+    >>> from nanlab.model import GPT, GPTConfig
+    >>> from nanlab.data import CountingTask
+    >>> a = per_sample_loss(GPT(GPTConfig()), CountingTask(batch_size=3)(0))
+    >>> [s.index for s in a.samples] == sorted(range(3), key=lambda i: -a.by_index[i].loss)
+    True
     """
     if state is not None:
         model = copy.deepcopy(model)

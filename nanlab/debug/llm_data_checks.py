@@ -50,6 +50,11 @@ def check_llm_data(run, step: int | None, symptom: str) -> tuple[str | None, str
     whose culprits (per-sample loss above 3x the median, scored with the weights of the
     last checkpoint at or before the spike) are all one token repeated, and the other
     samples are not, is ``repeated_token_shard``.
+
+    >>> from nanlab.faults import run_fault
+    >>> run = run_fault("oov_token", steps=45)
+    >>> check_llm_data(run, 40, "error")[0]
+    'oov_token'
     """
     if step is None:
         return None, None

@@ -6,6 +6,7 @@
 - ``fixes``:     the SOP's cures, each a config change or a callback
 - ``matrix``:    every fault against every fix, measured
 - ``mystery``:   runs whose fault is drawn from a seed and sealed, for learners to find
+- ``llm_data``:  LLM data faults (an id past the vocabulary, a junk shard) and their filter
 
 >>> from nanlab.faults import get_fault, run_fault
 >>> get_fault("nan_input").cure

@@ -86,7 +86,12 @@ def label_shift(tokens: torch.Tensor, labels: torch.Tensor) -> int | None:
 
 def input_embedding(model: nn.Module) -> nn.Embedding:
     """The embedding that reads the token ids: Hugging Face's ``get_input_embeddings()``,
-    else the model's first ``nn.Embedding``."""
+    else the model's first ``nn.Embedding``.
+
+    >>> from nanlab.model import GPT, GPTConfig
+    >>> input_embedding(GPT(GPTConfig())).num_embeddings
+    32
+    """
     get = getattr(model, "get_input_embeddings", None)
     emb = get() if callable(get) else None
     emb = emb if isinstance(emb, nn.Embedding) else next(
@@ -213,9 +218,12 @@ def degenerate_rows(tokens: torch.Tensor, labels: torch.Tensor | None = None,
     2021, Table A1): the toy's clean sequences count in strides, so their most common
     token is at most 4 of 32 (stride 4); one token repeated is 32 of 32.
 
-    >>> junk, share = degenerate_rows(torch.tensor([[5, 5, 5, 5], [1, 2, 3, 4]]))
-    >>> junk.tolist(), share.tolist()
-    ([True, False], [1.0, 0.25])
+    >>> tokens = torch.tensor([[5] * 8, [1, 2, 3, 4] * 2, [6] * 8])
+    >>> labels = tokens.clone()
+    >>> labels[2, 4:] = IGNORE_INDEX       # the last row: 4 tokens, then padding
+    >>> junk, share = degenerate_rows(tokens, labels)
+    >>> junk.tolist(), share.tolist()      # the last is too short to judge
+    ([True, False, False], [1.0, 0.25, 1.0])
     """
     keep = labels != IGNORE_INDEX if labels is not None and labels.shape == tokens.shape \
         else torch.ones_like(tokens, dtype=torch.bool)
@@ -271,7 +279,15 @@ FIXES["quality_filter"] = Fix(
 def oov_ids(trainer: Trainer, batch) -> list[tuple[str, int, tuple, int]]:
     """(tensor name, id, its position, the embedding's num_embeddings) of the first id at
     or past an embedding in each id tensor of ``batch``, read from the model's
-    ``nn.Embedding`` modules (:func:`nanlab.faults.fixes.label_range`)."""
+    ``nn.Embedding`` modules (:func:`nanlab.faults.fixes.label_range`).
+
+    >>> from nanlab.config import TrainConfig
+    >>> trainer = Trainer(TrainConfig(progress=False))
+    >>> batch = trainer.batches(0)
+    >>> batch.tokens[3, 5] = 40                 # an id the 32-row embedding does not have
+    >>> oov_ids(trainer, batch)
+    [('tokens', 40, (3, 5), 32)]
+    """
     ranges = label_range(trainer, batch)
     named = dict(named_tensors(batch, "batch" if isinstance(batch, torch.Tensor) else ""))
     found = []

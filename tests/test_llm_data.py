@@ -198,6 +198,27 @@ def test_oov_token_on_a_hugging_face_gpt2_and_its_cure():
     assert [e["batch"] for e in trainer.record.events if e["kind"] == "bad_batch"] == [5]
 
 
+def test_a_junk_shard_in_hugging_face_batches_and_the_filter():
+    """The fault edits input_ids and labels alike (GPT-2 shifts inside the model); the
+    filter drops the junk rows and per_sample_loss ranks them, on a model nanlab did not make."""
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = gpt2()
+    injection = faults.inject("repeated_token_shard", batches=lm_batch, at_step=1, length=1)
+    batch = injection.batches(1)
+    junk, _ = degenerate_rows(batch["input_ids"], batch["labels"])
+    assert int(junk.sum()) == 2 and torch.equal(batch["input_ids"], batch["labels"])
+    assert not degenerate_rows(injection.batches(2)["input_ids"])[0].any()
+    attribution = per_sample_loss(model, batch, hf_loss)
+    assert {s.index for s in attribution.samples if s.top_share == 1.0} == \
+        set(np.flatnonzero(junk.numpy()))
+    trainer = Trainer(base(steps=3), model=model, batches=injection.batches, loss_fn=hf_loss)
+    faults.get_fix("quality_filter").install(trainer)
+    trainer.run()
+    events = [e for e in trainer.record.events if e["kind"] == "filtered"]
+    assert [(e["batch"], e["dropped"], e["of"]) for e in events] == [(1, 2, 8)]
+
+
 def test_bad_values_are_one_clear_line():
     with pytest.raises(NanlabError, match=r"oov_token.fraction=2 is out of range"):
         faults.run_fault("oov_token", fraction=2)

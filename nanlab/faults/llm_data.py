@@ -107,8 +107,9 @@ def _edit_tokens(inj: Injection, p: dict, edit) -> None:
     [at_step, at_step + length), on copies; rows are the sequences hit."""
     def apply(batch, step):
         tpath, lpath = token_paths(batch, inj.labels)
-        tokens = dict(tensor_paths(batch))[tpath].clone()
-        labels = dict(tensor_paths(batch))[lpath].clone() if lpath else None
+        found = dict(tensor_paths(batch))
+        tokens = found[tpath].clone()
+        labels = found[lpath].clone() if lpath else None
         shift = label_shift(tokens, labels) if labels is not None else None
         g = step_generator(ROW_SEED, step)
         n = max(1, round(p["fraction"] * tokens.shape[0]))
@@ -148,22 +149,21 @@ def _install_repeats(inj: Injection, p: dict) -> None:
 def _shard(at: int, length: int, fraction: float) -> dict[str, Param]:
     return {"at_step": Param(at, 0, 100_000, help="the first batch of the bad shard"),
             "length": Param(length, 1, 100_000, help="how many batches in a row it lasts"),
-            "fraction": Param(fraction, 0.0, 1.0, help="the share of each batch's "
-                                                        "sequences it hits")}
+            "fraction": Param(fraction, 0.001, 1.0, help="the share of each batch's "
+                                                          "sequences it hits (at least one)")}
 
 
 PAST_END = Param(0, 0, 10**6, help="how far past the last embedding row the id is (0: the "
                                    "first id a tokenizer adds, num_embeddings)")
 PER_SEQUENCE = Param(1, 1, 10**6, help="how many times the id sits in each sequence hit")
-OOV_MECHANISM = ("nn.Embedding indexes its weight by the id; PyTorch checks the range and "
-                 "stops with 'index out of range in self' on the CPU (a device-side assert on "
-                 "CUDA). The cross-entropy would stop too ('Target 32 is out of bounds')")
 
 register(Fault(
     name="oov_token", family="llm_data",
     summary="a token id past the embedding (a tokenizer grown by a special token, the model "
             "not resized), in every sequence of one batch",
-    mechanism=OOV_MECHANISM,
+    mechanism="nn.Embedding indexes its weight by the id; PyTorch checks the range and stops "
+              "with 'index out of range in self' on the CPU (a device-side assert on CUDA); "
+              "the cross-entropy checks its targets the same way",
     needs="a tokenizer whose vocabulary is larger than the model's embedding "
           "(add_special_tokens without resize_token_embeddings); a plain nn.Embedding",
     reveals="data", cure="validate_data", signature="error",

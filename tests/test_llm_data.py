@@ -101,7 +101,7 @@ def test_oov_token_masked_spikes_without_an_error(masked):
     losses = masked.record.losses()
     assert masked.error is None and np.isfinite(losses).all()
     peak, height = spike_height(losses, 150)
-    assert peak <= 154 and height > 5, (peak, height)  # measured: step 151, 8.6x
+    assert peak <= 154 and height > 5, (peak, height)  # measured: step 151, 6.9x
     assert [s for s in find_spikes(losses) if s >= 10][0] == 150
     assert judge(masked).kind == "spike"
     # the batch of step 150 really holds the id, and the model embeds it as zeros

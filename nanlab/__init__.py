@@ -30,10 +30,11 @@ The library, the modules the labs import most at the top:
 - ``nanlab.cli_parse``   typed values for the command line: ``--config`` and ``--set``
 - ``nanlab.faults``      faults that fail by their real mechanism, their cures, the fault x fix
   matrix, mystery runs (``catalogue``, ``inject``, ``run``, ``fixes``, ``matrix``, ``mystery``,
-  ``llm_data``)
+  ``hardware``, ``llm_data``)
 - ``nanlab.debug``       finding the cause: ``locate`` replays the first bad step, ``diagnose``
   runs the SOP, probes and LR sensitivity, per-sample loss (``trace``, ``locate``,
-  ``diagnose``, ``runs``, ``probes``, ``sensitivity``, ``attribution``, ``llm_data_checks``)
+  ``diagnose``, ``runs``, ``probes``, ``sensitivity``, ``attribution``, ``llm_data_checks``,
+  ``hardware_checks``)
 - ``nanlab.guard``       stop / skip / recover around the optimizer step, the spike detector,
   one decision on every data-parallel rank, spike rules scored (``guard``, ``spikes``,
   ``agree``, ``detectors``, ``corpus``)

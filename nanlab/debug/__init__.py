@@ -8,6 +8,7 @@
 - ``sensitivity``: LR sensitivity over an LR sweep (Wortsman et al. 2023), a table per run
 - ``attribution``: per-sample loss of a batch, ranked: which samples carry a spike
 - ``llm_data_checks``: diagnose's data step for token ids and junk sequences
+- ``hardware_checks``: diagnose's replay of a failed step: a one-off device fault or not
 
 >>> from nanlab.debug import diagnose, locate
 >>> callable(diagnose) and callable(locate)

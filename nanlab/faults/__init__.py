@@ -6,6 +6,7 @@
 - ``fixes``:     the SOP's cures, each a config change or a callback
 - ``matrix``:    every fault against every fix, measured
 - ``mystery``:   runs whose fault is drawn from a seed and sealed, for learners to find
+- ``hardware``:  silent data corruption: one bit flipped once, and the guard's rerun
 - ``llm_data``:  LLM data faults (an id past the vocabulary, a junk shard) and their filter
 
 >>> from nanlab.faults import get_fault, run_fault
@@ -13,7 +14,8 @@
 'validate_data'
 """
 
-from nanlab.faults import llm_data  # noqa: F401, I001  (registers its faults and fix)
+# registers bit_flip and guard_rerun; the LLM data faults and quality_filter
+from nanlab.faults import hardware, llm_data  # noqa: F401
 from nanlab.faults.catalogue import FAULTS, SIGNATURES, SOP_STEPS, Fault, Param, get_fault, register
 from nanlab.faults.fixes import FIXES, Fix, batch_problems, get_fix
 from nanlab.faults.inject import Injection, inject

@@ -21,16 +21,20 @@ The library, the modules the labs import most at the top:
 - ``nanlab.cures``       adaptive cures on any optimizer and model: ZClip, StableAdamW's update
   clipping, SPAM's spike clipping, Gemma 2's logit soft-capping
 - ``nanlab.errors``      errors that say what was wrong, the value, and what is allowed
+- ``nanlab.vocab_parallel`` Megatron-LM's vocabulary-parallel embedding and cross-entropy in
+  one process: how they mask an id outside the vocabulary
 - ``nanlab.numerics``    numbers the course quotes, computed once: the gradient below which
   fp16 Adam's v is 0, Kingma & Ba's bound on an Adam step
 - ``nanlab.distributed`` data-parallel training on the CPU, every rank guarded alike
 - ``nanlab.cli``         the ``nanlab`` command line, its exit codes
 - ``nanlab.cli_parse``   typed values for the command line: ``--config`` and ``--set``
 - ``nanlab.faults``      faults that fail by their real mechanism, their cures, the fault x fix
-  matrix, mystery runs (``catalogue``, ``inject``, ``run``, ``fixes``, ``matrix``, ``mystery``)
+  matrix, mystery runs (``catalogue``, ``inject``, ``run``, ``fixes``, ``matrix``, ``mystery``,
+  ``hardware``, ``llm_data``)
 - ``nanlab.debug``       finding the cause: ``locate`` replays the first bad step, ``diagnose``
-  runs the SOP, probes and LR sensitivity (``trace``, ``locate``, ``diagnose``, ``runs``,
-  ``probes``, ``sensitivity``)
+  runs the SOP, probes and LR sensitivity, per-sample loss (``trace``, ``locate``,
+  ``diagnose``, ``runs``, ``probes``, ``sensitivity``, ``attribution``, ``llm_data_checks``,
+  ``hardware_checks``)
 - ``nanlab.guard``       stop / skip / recover around the optimizer step, the spike detector,
   one decision on every data-parallel rank, spike rules scored (``guard``, ``spikes``,
   ``agree``, ``detectors``, ``corpus``)

@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nanlab.errors import NanlabError, check_choice, check_range
+from nanlab.vocab_parallel import VocabParallelEmbedding, vocab_ranges
 
 
 @dataclass
@@ -78,6 +79,10 @@ class GPTConfig:
     residual: bool = True  # False makes each block replace x instead of adding to it
     embed_norm: bool = False  # LayerNorm straight after the token embedding (BLOOM-style)
     pad_id: int | None = None  # a padding token whose embedding row is fixed at zero
+    # Tensor parallelism over the vocabulary, simulated (nanlab.vocab_parallel): the token
+    # embedding and the cross-entropy split into this many slices, each masking the ids
+    # it does not own, as Megatron-LM does; an id past the vocabulary is then silent.
+    vocab_partitions: int = 1
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -108,6 +113,8 @@ class GPTConfig:
                                   "above 0 (Gemma 2: 50 for attention, 30 final), or None (off)")
         if self.pad_id is not None:
             check_range("GPTConfig.pad_id", self.pad_id, 0, self.vocab_size - 1, integer=True)
+        check_range("GPTConfig.vocab_partitions", self.vocab_partitions, 1, integer=True)
+        vocab_ranges(self.vocab_size, self.vocab_partitions)  # equal slices, or one clear line
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -337,7 +344,10 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd, padding_idx=config.pad_id)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd, padding_idx=config.pad_id) \
+            if config.vocab_partitions == 1 else VocabParallelEmbedding(
+                config.vocab_size, config.n_embd, config.vocab_partitions,
+                padding_idx=config.pad_id)
         self.embed_norm = LayerNorm(config.n_embd, config.norm_eps, config.norm_impl) \
             if config.embed_norm else None
         if config.pos_encoding == "learned":

@@ -14,9 +14,11 @@ import torch.nn.functional as F
 
 from nanlab.config import TrainConfig
 from nanlab.data import IGNORE_INDEX
+from nanlab.vocab_parallel import vocab_parallel_cross_entropy
 
 
-def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False) -> torch.Tensor:
+def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False,
+            vocab_partitions: int = 1) -> torch.Tensor:
     """Next-token cross-entropy, averaged over the targets that are not masked.
 
     A batch whose targets are all masked has nothing to average over: the mean is
@@ -25,7 +27,9 @@ def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False) -
     ``naive`` computes the softmax by hand without subtracting the max (see
     ``TrainConfig.loss_impl``). ``z_loss`` adds ``z_loss * log(Z)^2`` (Z = the softmax
     normaliser, PaLM's auxiliary loss): it pulls the output logits' scale back towards
-    zero, so they cannot drift up.
+    zero, so they cannot drift up. ``vocab_partitions`` > 1 computes the cross-entropy
+    split over the vocabulary as Megatron-LM does (:mod:`nanlab.vocab_parallel`), with
+    the masked targets left out by a loss mask, as Megatron's ``loss_mask`` does.
 
     >>> from nanlab.model import GPT, GPTConfig
     >>> from nanlab.train import TrainConfig, default_task
@@ -45,6 +49,10 @@ def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False) -
             e = torch.exp(logits[keep])  # in fp16, exp(11.1) is already inf
             p = e.gather(1, targets[keep, None]) / e.sum(-1, keepdim=True)  # x / inf = 0
             loss = -torch.log(p).mean()
+    elif vocab_partitions > 1:
+        loss_mask = (targets != IGNORE_INDEX).float()
+        losses = vocab_parallel_cross_entropy(logits, targets, vocab_partitions)
+        loss = (losses * loss_mask).sum() / loss_mask.sum()
     else:
         loss = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
     if z_loss:

@@ -207,9 +207,11 @@ class Trainer(Resumable):
             self.model.half()
             self.input_dtype = torch.float16
         self.batches = batches if batches is not None else default_task(config)
+        parts = config.model.vocab_partitions
         self.loss_fn = loss_fn or (
-            partial(lm_loss, z_loss=config.z_loss, naive=config.loss_impl == "naive")
-            if config.z_loss or config.loss_impl != "torch" else lm_loss)
+            partial(lm_loss, z_loss=config.z_loss, naive=config.loss_impl == "naive",
+                    vocab_partitions=parts)
+            if config.z_loss or config.loss_impl != "torch" or parts > 1 else lm_loss)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self._frozen = [p for n, p in self.model.named_parameters()
                         if config.freeze and config.freeze in n and p.requires_grad]

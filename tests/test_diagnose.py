@@ -16,7 +16,9 @@ from nanlab.train import TrainConfig, Trainer
 EXPECTED_DETAIL = {"no_warmup": "no_warmup", "lr_jump": "lr_jump",
                    "resume_fresh_optimizer": "resume_fresh_optimizer",
                    "resume_reset_schedule": "resume_reset_schedule",
-                   "adam_unfreeze_spike": "adam_unfreeze_spike"}
+                   "adam_unfreeze_spike": "adam_unfreeze_spike",
+                   "oov_token": "oov_token", "oov_token_masked": "oov_token_masked",
+                   "repeated_token_shard": "repeated_token_shard"}
 
 
 @pytest.mark.parametrize("name", sorted(faults.FAULTS))

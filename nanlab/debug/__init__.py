@@ -6,12 +6,16 @@
 - ``runs``:     a saved run folder read back, ready to replay
 - ``probes``:   max attention logit, attention entropy, output log Z, update-to-weight ratio
 - ``sensitivity``: LR sensitivity over an LR sweep (Wortsman et al. 2023), a table per run
+- ``attribution``: per-sample loss of a batch, ranked: which samples carry a spike
+- ``llm_data_checks``: diagnose's data step for token ids and junk sequences
+- ``hardware_checks``: diagnose's replay of a failed step: a one-off device fault or not
 
 >>> from nanlab.debug import diagnose, locate
 >>> callable(diagnose) and callable(locate)
 True
 """
 
+from nanlab.debug.attribution import per_sample_loss
 from nanlab.debug.diagnose import Diagnosis, Finding, diagnose
 from nanlab.debug.locate import Location, locate
 from nanlab.debug.probes import ModelProbe
@@ -19,4 +23,4 @@ from nanlab.debug.runs import load_run
 from nanlab.debug.sensitivity import lr_sensitivity, lr_sweep
 
 __all__ = ["Diagnosis", "Finding", "Location", "ModelProbe", "diagnose", "load_run", "locate",
-           "lr_sensitivity", "lr_sweep"]
+           "lr_sensitivity", "lr_sweep", "per_sample_loss"]

@@ -47,6 +47,7 @@ import torch.nn as nn
 
 from nanlab import faults as faults_mod
 from nanlab.debug.hardware_checks import check_transient
+from nanlab.debug.llm_data_checks import check_llm_data
 from nanlab.debug.restart_checks import check_restarts, check_woken_layers
 from nanlab.debug.runs import load_run
 from nanlab.errors import NanlabError
@@ -386,6 +387,10 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     if f.verdict == "cause":
         cause = "dirty_data"
         fix = cure_for(cause)
+    kind, text = check_llm_data(run, step, symptom)  # an id past the vocabulary; junk samples
+    if kind is not None:
+        findings[-1] = Finding("data", "cause", text)
+        cause, detail, fix = "llm_data", kind, cure_for("llm_data", kind)
 
     # A restart just before the symptom (the run's own log): what the resume left fresh;
     # or layers whose gradients were exactly 0 and woke up just before a spike

@@ -7,13 +7,15 @@
 - ``matrix``:    every fault against every fix, measured
 - ``mystery``:   runs whose fault is drawn from a seed and sealed, for learners to find
 - ``hardware``:  silent data corruption: one bit flipped once, and the guard's rerun
+- ``llm_data``:  LLM data faults (an id past the vocabulary, a junk shard) and their filter
 
 >>> from nanlab.faults import get_fault, run_fault
 >>> get_fault("nan_input").cure
 'validate_data'
 """
 
-from nanlab.faults import hardware  # noqa: F401  (registers bit_flip and guard_rerun)
+# registers bit_flip and guard_rerun; the LLM data faults and quality_filter
+from nanlab.faults import hardware, llm_data  # noqa: F401
 from nanlab.faults.catalogue import FAULTS, SIGNATURES, SOP_STEPS, Fault, Param, get_fault, register
 from nanlab.faults.fixes import FIXES, Fix, batch_problems, get_fix
 from nanlab.faults.inject import Injection, inject

@@ -196,6 +196,11 @@ def batch_problems(batch, vocab_size: int | LabelRange | None = None) -> list[st
     >>> batch_problems((torch.zeros(3, 2), torch.tensor([0, 7, 1])),
     ...                LabelRange(classes=5, label_shape=(3,)))
     ['[1]: 1 illegal label(s) [7] (legal: 0 to 4, or -100)']
+    >>> ids = LabelRange(None, None, {"ids": 32})   # an embedding of 32 rows reads "ids"
+    >>> found = batch_problems({"ids": torch.tensor([[3, 32]])}, ids)
+    >>> print(*found)  # doctest: +NORMALIZE_WHITESPACE
+    ids: token id 32 at position [0, 1] is outside the embedding (num_embeddings 32;
+    legal ids: 0 to 31); 1 such id(s)
     """
     problems = []
     for name, t in named_tensors(batch, "batch" if isinstance(batch, torch.Tensor) else ""):
@@ -208,11 +213,19 @@ def batch_problems(batch, vocab_size: int | LabelRange | None = None) -> list[st
             continue
         if t.dtype == torch.bool:
             continue
+        limit = vocab_size.limit(name, t) if isinstance(vocab_size, LabelRange) else vocab_size
+        if isinstance(vocab_size, LabelRange) and name in vocab_size.ids:  # ids an embedding reads
+            illegal = (t < 0) | (t >= limit)  # -100 is no id: an embedding cannot look it up
+            if illegal.any():
+                at = tuple(int(i) for i in illegal.nonzero()[0])
+                problems.append(f"{name}: token id {int(t[at])} at position {list(at)} is "
+                                f"outside the embedding (num_embeddings {limit}; legal ids: 0 "
+                                f"to {limit - 1}); {int(illegal.sum())} such id(s)")
+            continue
         valid = t != IGNORE_INDEX
         if t.numel() and not valid.any():
             problems.append(f"{name}: every target is masked ({IGNORE_INDEX}): "
                             "the mean loss is 0 / 0")
-        limit = vocab_size.limit(name, t) if isinstance(vocab_size, LabelRange) else vocab_size
         illegal = valid & (t < 0)
         if limit is not None:
             illegal |= valid & (t >= limit)

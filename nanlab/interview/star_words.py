@@ -193,6 +193,46 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "again) when unfreezing, use b2 = 0.95 for long runs, and watch per-layer update "
         "ratios, not only the loss",
     ),
+    "llm_data": _Words(
+        "bad tokens in the LLM data (LLM数据问题)",
+        "the token stream itself was wrong, an id outside the model's vocabulary or a shard "
+        "of junk sequences, so the loss failed where those batches arrived",
+        "it removes the bad tokens before the model sees them, so the model, the LR and the "
+        "precision stay as they were",
+        "check every batch's ids against the embedding's num_embeddings, filter repetitive "
+        "documents before training, and log the per-sample loss of any spiking batch",
+    ),
+    "oov_token": _Words(
+        "a token id outside the vocabulary (词表越界的token id)",
+        "the tokenizer had grown a special token the model's embedding was never resized "
+        "for, and the lookup of that id stopped the run",
+        "validating the ids against the embedding's size catches the batch before the "
+        "lookup; the real repair is resize_token_embeddings after add_special_tokens",
+        "assert max(input_ids) < num_embeddings in the loader, and resize the embedding "
+        "whenever the tokenizer changes",
+        on_error="nn.Embedding checked the id, found it past its last row and raised 'index "
+                 "out of range in self' (a device-side assert on CUDA)",
+    ),
+    "oov_token_masked": _Words(
+        "an out-of-vocabulary id hidden by vocabulary-parallel masking (张量并行下的词表越界)",
+        "with the vocabulary split over ranks, every rank masked the id it did not own: it "
+        "embedded as a zero vector and its target got a finite loss of log Z - max, so the "
+        "run did not crash, the sequences lost a token and the loss spiked",
+        "validating the ids against the global vocabulary catches what the masking hides; "
+        "nothing in the model or the optimizer was wrong",
+        "check ids against the global vocabulary size before the model (the parallel "
+        "layers will not), and test the data path on one rank, where the lookup is loud",
+    ),
+    "repeated_token_shard": _Words(
+        "a shard of repeated-token junk (重复token的脏分片)",
+        "a broken dedup or a corrupted shard fed sequences that are one token repeated; the "
+        "trained model predicted with confidence and paid a large loss on every junk "
+        "position, and fitting the junk set the clean sequences back for a while",
+        "the per-sample loss put the spike on those sequences alone, and a repetition filter "
+        "drops them; a smaller LR or clipping only makes the same bad batches hurt less",
+        "run a repetition filter (Gopher's top n-gram fractions) before tokenising, log the "
+        "per-sample loss of any spiking batch, and keep the shard id in every batch's record",
+    ),
     "hardware": _Words(
         "silent data corruption on the device (静默数据损坏, a transient hardware fault)",
         "one bit of one matmul output flipped once on the device: a high exponent bit made "

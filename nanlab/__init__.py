@@ -11,6 +11,8 @@ The library, the modules the labs import most at the top:
 - ``nanlab.data``        the synthetic task: batches are a pure function of (seed, step)
 - ``nanlab.config``      ``TrainConfig``: everything that decides a run, the reason beside each knob
 - ``nanlab.train``       a model-agnostic trainer with callbacks, AMP, checkpoints, exact replay
+- ``nanlab.objective``   the loss, the LR schedule and the global grad norm a step uses
+- ``nanlab.resume``      how a trainer saves, restores and restarts (and what a restart forgets)
 - ``nanlab.record``      the run record: per-step and per-layer statistics, JSON Lines, manifest
 - ``nanlab.checkpoint``  atomic checkpoints loadable with ``torch.load(weights_only=True)``
 - ``nanlab.atomic``      one atomic writer (temp file, fsync, rename) for every file nanlab writes
@@ -34,10 +36,10 @@ The library, the modules the labs import most at the top:
 - ``nanlab.debug``       finding the cause: ``locate`` replays the first bad step, ``diagnose``
   runs the SOP, probes and LR sensitivity, per-sample loss (``trace``, ``locate``,
   ``diagnose``, ``runs``, ``probes``, ``sensitivity``, ``attribution``, ``llm_data_checks``,
-  ``hardware_checks``)
+  ``hardware_checks``, ``restart_checks``)
 - ``nanlab.guard``       stop / skip / recover around the optimizer step, the spike detector,
-  one decision on every data-parallel rank, spike rules scored (``guard``, ``spikes``,
-  ``agree``, ``detectors``, ``corpus``)
+  one decision on every data-parallel rank, spike rules scored (``guard``, ``snapshots``,
+  ``spikes``, ``agree``, ``detectors``, ``corpus``)
 - ``nanlab.viz``         loss curves, grad-norm heat maps, per-layer histograms and update
   ratios, float bit layouts, the SOP flowchart, TensorBoard export (``plots``, ``layers``,
   ``diagrams``, ``tensorboard``)

@@ -42,7 +42,13 @@ def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
 
 class Resumable:
     """The checkpoint half of :class:`nanlab.train.Trainer` (a mixin: it uses the trainer's
-    model, optimizer, scheduler, scaler, checkpoints and record)."""
+    model, optimizer, scheduler, scaler, checkpoints and record).
+
+    >>> from nanlab.train import TrainConfig, Trainer
+    >>> trainer = Trainer(TrainConfig(steps=2, progress=False))
+    >>> sorted(trainer.state_dict())[:4]
+    ['data_position', 'lr_scale', 'model', 'optimizer']
+    """
 
     def state_dict(self) -> dict:
         """Everything needed to continue bit for bit: weights, optimizer, schedule, RNG."""

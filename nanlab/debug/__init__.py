@@ -9,6 +9,7 @@
 - ``attribution``: per-sample loss of a batch, ranked: which samples carry a spike
 - ``llm_data_checks``: diagnose's data step for token ids and junk sequences
 - ``hardware_checks``: diagnose's replay of a failed step: a one-off device fault or not
+- ``restart_checks``: diagnose's reading of restarts and of layers that woke up (optimizer state)
 
 >>> from nanlab.debug import diagnose, locate
 >>> callable(diagnose) and callable(locate)

@@ -60,7 +60,12 @@ def check_woken_layers(run, step: int | None) -> str | None:
     with m = v = 0 all along, so its step count ran on while v stayed empty; with a b2
     near 1 the bias correction 1 - b2^t is far below 1 and v_hat lags far behind g^2 for
     tens of steps once real gradients arrive: updates of several times the LR. None when
-    no layer woke up in the window or the optimizer keeps no second moment."""
+    no layer woke up in the window or the optimizer keeps no second moment.
+
+    >>> from types import SimpleNamespace
+    >>> check_woken_layers(SimpleNamespace(record=SimpleNamespace(layers=[])), 40) is None
+    True
+    """
     if step is None or not run.record.layers:
         return None
     betas = run.trainer.optimizer.param_groups[0].get("betas")
@@ -90,7 +95,14 @@ def check_woken_layers(run, step: int | None) -> str | None:
 
 
 def saved_optimizer_steps(trainer, step: int) -> int | None:
-    """Adam's step count in the checkpoint of ``step`` (None: not kept, or no count)."""
+    """Adam's step count in the checkpoint of ``step`` (None: not kept, or no count).
+
+    >>> from nanlab.train import TrainConfig, Trainer
+    >>> trainer = Trainer(TrainConfig(steps=3, progress=False))
+    >>> _ = trainer.run()
+    >>> saved_optimizer_steps(trainer, 0), saved_optimizer_steps(trainer, 99)
+    (None, None)
+    """
     if step not in trainer.checkpoints.steps():
         return None
     state = trainer.checkpoints.load(step).get("optimizer", {}).get("state", {})

@@ -69,7 +69,11 @@ def flip_bit(t: torch.Tensor, element: int, bit: int) -> torch.Tensor:
 
 
 def linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    """Every ``nn.Linear`` of a model, in module order, found by type (any model)."""
+    """Every ``nn.Linear`` of a model, in module order, found by type (any model).
+
+    >>> [name for name, _ in linears(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)))]
+    ['0', '2']
+    """
     return [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
 
 

@@ -1,6 +1,7 @@
 """Acting while training: stop, skip or recover; the spike detector; one decision per rank.
 
 - ``guard``:  the guard around the optimizer step (stop / skip / recover, evidence kept)
+- ``snapshots``: a plain loop's kept states, copied into reused buffers, for rollback
 - ``spikes``: the loss-spike detector (one-sided running z-score gated by a relative rise)
 - ``agree``:  the guard's flags all-reduced, so every data-parallel rank decides alike
 - ``framework``: the guard driven from a framework's step hooks (shared by the two below)

@@ -53,7 +53,12 @@ KEEP = 2  # states kept: a spike at step t needs one from before step t - 1
 
 class PlainLoop:
     """The plain-loop half of :class:`nanlab.guard.Guard` (a mixin: ``watch``, ``keep``,
-    ``rollback``, ``next_position``; it uses the guard's LR scale, detectors and log)."""
+    ``rollback``, ``next_position``; it uses the guard's LR scale, detectors and log).
+
+    >>> from nanlab.guard import Guard
+    >>> isinstance(Guard("recover"), PlainLoop)
+    True
+    """
 
     def watch(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               scheduler: Any = None):

@@ -46,6 +46,7 @@ import numpy as np
 import torch.nn as nn
 
 from nanlab import faults as faults_mod
+from nanlab.debug.grad_accum_checks import check_accumulation
 from nanlab.debug.runs import load_run
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
@@ -464,6 +465,12 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     if f.verdict == "cause":
         cause = "dirty_data"
         fix = cure_for(cause)
+
+    if cause is None:  # the micro-batches of a gradient accumulation step, or its scaler
+        detail, text = check_accumulation(run, step)
+        if text is not None:
+            findings.append(Finding("data", "cause", text))
+            cause, fix = "grad_accum", cure_for("grad_accum", detail)
 
     # A restart just before the symptom (the run's own log): what the resume left fresh;
     # or layers whose gradients were exactly 0 and woke up just before a spike

@@ -16,7 +16,8 @@ from nanlab.train import TrainConfig, Trainer
 EXPECTED_DETAIL = {"no_warmup": "no_warmup", "lr_jump": "lr_jump",
                    "resume_fresh_optimizer": "resume_fresh_optimizer",
                    "resume_reset_schedule": "resume_reset_schedule",
-                   "adam_unfreeze_spike": "adam_unfreeze_spike"}
+                   "adam_unfreeze_spike": "adam_unfreeze_spike",
+                   **{n: n for n, f in faults.FAULTS.items() if f.family == "grad_accum"}}
 
 
 @pytest.mark.parametrize("name", sorted(faults.FAULTS))

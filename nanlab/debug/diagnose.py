@@ -469,7 +469,7 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     if cause is None:  # the micro-batches of a gradient accumulation step, or its scaler
         detail, text = check_accumulation(run, step)
         if text is not None:
-            findings.append(Finding("data", "cause", text))
+            findings.append(Finding(faults_mod.get_fault(detail).reveals, "cause", text))
             cause, fix = "grad_accum", cure_for("grad_accum", detail)
 
     # A restart just before the symptom (the run's own log): what the resume left fresh;

@@ -71,6 +71,25 @@ def test_an_all_masked_micro_batch_adds_nothing(padded_batch):
     assert torch.isnan(torch.tensor(float("nan")) * 0)
 
 
+def test_accumulation_on_a_model_nanlab_did_not_make():
+    """A dict batch, a torch.nn.TransformerEncoder and your own loss: the labels are found
+    as the batch's last integer tensor, and 4 micro-batches of 2 rows equal one pass."""
+    from foreign_models import TinyEncoderLM, lm_batches, lm_loss
+
+    batch = lm_batches(0)
+    batch["y"][:2, 3:] = IGNORE_INDEX  # the first micro-batch is mostly masked
+    batch["y"][2:4, :] = IGNORE_INDEX  # the second entirely
+    grads = {}
+    for accum in (1, 4):
+        torch.manual_seed(0)
+        trainer = Trainer(TrainConfig(accum_steps=accum, progress=False),
+                          model=TinyEncoderLM(), batches=lm_batches, loss_fn=lm_loss)
+        g = trainer.forward_backward(batch)
+        grads[accum] = (g.loss_value, torch.cat([p.grad.flatten() for p in trainer.params]))
+    assert np.isfinite(grads[4][0]) and grads[4][0] == pytest.approx(grads[1][0], rel=1e-5)
+    torch.testing.assert_close(grads[4][1], grads[1][1], rtol=1e-4, atol=1e-6)
+
+
 def test_the_grad_scaler_updates_once_per_optimizer_step():
     trainer = Trainer(TrainConfig(precision="fp16", accum_steps=4, steps=2, progress=False))
     trainer.train_step()

@@ -11,6 +11,8 @@ The library, the modules the labs import most at the top:
 - ``nanlab.data``        the synthetic task: batches are a pure function of (seed, step)
 - ``nanlab.config``      ``TrainConfig``: everything that decides a run, the reason beside each knob
 - ``nanlab.train``       a model-agnostic trainer with callbacks, AMP, checkpoints, exact replay
+- ``nanlab.accum``       gradient accumulation: micro-batches weighted by their targets, one
+  GradScaler step per optimizer step
 - ``nanlab.record``      the run record: per-step and per-layer statistics, JSON Lines, manifest
 - ``nanlab.checkpoint``  atomic checkpoints loadable with ``torch.load(weights_only=True)``
 - ``nanlab.atomic``      one atomic writer (temp file, fsync, rename) for every file nanlab writes
@@ -27,10 +29,11 @@ The library, the modules the labs import most at the top:
 - ``nanlab.cli``         the ``nanlab`` command line, its exit codes
 - ``nanlab.cli_parse``   typed values for the command line: ``--config`` and ``--set``
 - ``nanlab.faults``      faults that fail by their real mechanism, their cures, the fault x fix
-  matrix, mystery runs (``catalogue``, ``inject``, ``run``, ``fixes``, ``matrix``, ``mystery``)
+  matrix, mystery runs (``catalogue``, ``inject``, ``run``, ``fixes``, ``matrix``, ``mystery``,
+  ``grad_accum``)
 - ``nanlab.debug``       finding the cause: ``locate`` replays the first bad step, ``diagnose``
   runs the SOP, probes and LR sensitivity (``trace``, ``locate``, ``diagnose``, ``runs``,
-  ``probes``, ``sensitivity``)
+  ``probes``, ``sensitivity``, ``grad_accum_checks``)
 - ``nanlab.guard``       stop / skip / recover around the optimizer step, the spike detector,
   one decision on every data-parallel rank, spike rules scored (``guard``, ``spikes``,
   ``agree``, ``detectors``, ``corpus``)

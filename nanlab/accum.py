@@ -98,6 +98,11 @@ def accumulate(trainer: Trainer, batch: Any, loss_fn) -> torch.Tensor:
     as a loop does that clips or logs per micro-batch (a second ``unscale_`` before
     ``update()`` raises "unscale_() has already been called on this optimizer since the
     last update()", torch/amp/grad_scaler.py).
+
+    >>> from nanlab.train import TrainConfig, Trainer
+    >>> trainer = Trainer(TrainConfig(accum_steps=2, progress=False))
+    >>> round(accumulate(trainer, trainer.batches(0), trainer.loss_fn).item(), 1)
+    3.5
     """
     c, scaler = trainer.config, trainer.scaler
     micro = split_batch(batch, c.accum_steps)

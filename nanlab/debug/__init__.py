@@ -5,6 +5,7 @@
 - ``diagnose``: the SOP automated, each step a controlled replay, the fix proven
 - ``runs``:     a saved run folder read back, ready to replay
 - ``probes``:   max attention logit, attention entropy, output log Z, update-to-weight ratio
+- ``grad_accum_checks``: the micro-batches and the GradScaler crash of an accumulating run
 - ``sensitivity``: LR sensitivity over an LR sweep (Wortsman et al. 2023), a table per run
 
 >>> from nanlab.debug import diagnose, locate

@@ -23,7 +23,13 @@ SCALER_ERRORS = ("No inf checks were recorded prior to update",
 
 def micro_batch_counts(run, until: int) -> dict[int, list[int]]:
     """The unmasked-target count of each micro-batch, for the steps of the last WINDOW
-    recorded steps up to ``until``: {step: [n_1, ..., n_k]}."""
+    recorded steps up to ``until``: {step: [n_1, ..., n_k]}.
+
+    >>> from nanlab import faults
+    >>> run = faults.run_fault("accum_masked_micro_batch", at_step=3, steps=4)
+    >>> micro_batch_counts(run, 3)[3]
+    [0, 248, 248, 248]
+    """
     k = run.trainer.config.accum_steps
     rows = [r for r in run.record.steps if until - WINDOW <= r["step"] <= until]
     return {r["step"]: [target_count(m) for m in split_batch(run.trainer.batches(r["batch"]), k)]
@@ -32,7 +38,13 @@ def micro_batch_counts(run, until: int) -> dict[int, list[int]]:
 
 def check_accumulation(run, step: int | None):
     """(the fault the evidence points to, the evidence in words), or (None, None) when the
-    run does not accumulate or nothing in its micro-batches or its crash explains it."""
+    run does not accumulate or nothing in its micro-batches or its crash explains it.
+
+    >>> from nanlab import faults
+    >>> run = faults.run_fault("accum_masked_micro_batch", at_step=3, steps=4)
+    >>> check_accumulation(run, 3)[0]
+    'accum_masked_micro_batch'
+    """
     config = run.trainer.config
     if config.accum_steps < 2:
         return None, None

@@ -6,6 +6,7 @@
 - ``fixes``:     the SOP's cures, each a config change or a callback
 - ``matrix``:    every fault against every fix, measured
 - ``mystery``:   runs whose fault is drawn from a seed and sealed, for learners to find
+- ``grad_accum``: gradient accumulation loops written wrongly, and their two fixes
 
 >>> from nanlab.faults import get_fault, run_fault
 >>> get_fault("nan_input").cure

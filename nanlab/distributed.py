@@ -25,6 +25,12 @@ model, a bad batch on rank 1 only (``tests/test_distributed.py``):
   nothing in DDP notices. With the flags
   all-reduced, both skip and stay bit-identical. The same holds for any check on the
   local loss (``if not math.isfinite(loss.item())``), or for a rollback decision.
+- **A bit flip on rank 1's device** (``bit_flip``, silent data corruption): rank 1's loss
+  is NaN, DDP averages its NaN gradient into rank 0's. With ``Guard(rerun=True)`` both
+  ranks run the step again (the rerun's backward all-reduces too, so every rank must
+  rerun), agree with one all-reduce that the rerun is clean (transient), and apply its
+  update: both end bit-identical to the run without the flip. A NaN in the data, with the
+  same guard, comes back on the rerun (persistent) and is skipped on both ranks.
 
 To try it from a notebook or a script (spawned processes need a module-level function)::
 
@@ -150,16 +156,16 @@ def garble_targets(vocab_size: int, seed: int = 0) -> Callable[[torch.Tensor], t
     return fn
 
 
-DATA_FAULTS = (None, "nan_input", "garbled")
+DATA_FAULTS = (None, "nan_input", "garbled", "bit_flip")  # bit_flip: the device, not data
 
 
 def train_data_parallel(rank: int, world_size: int, runs: list[dict]) -> list[dict]:
     """The worker of a data-parallel experiment (for :func:`launch`): one result per run.
 
     Each run is a dict: ``steps`` (30), ``seed`` (0), ``checkpoint_every`` (10),
-    ``fault`` ("nan_input", "garbled" or None), ``fault_rank`` (1), ``at_step`` (20, the
-    bad batch's local index), ``guard`` (a dict of :class:`nanlab.guard.Guard` arguments,
-    or None for no guard). The result: the rank's losses, skipped steps, events, guard
+    ``fault`` ("nan_input", "garbled", "bit_flip" or None), ``fault_rank`` (1), ``at_step``
+    (20, the bad batch's local index), ``guard`` (a dict of :class:`nanlab.guard.Guard`
+    arguments, or None for no guard). The result: the rank's losses, skipped steps, events, guard
     counts, its flat parameters and whether they are finite.
 
     >>> # per_rank = launch(train_data_parallel, 2, [{"fault": "garbled",
@@ -183,6 +189,9 @@ def _train_one(rank: int, steps: int = 30, seed: int = 0, checkpoint_every: int 
         if fault == "nan_input":
             injection = faults.inject("nan_input", batches=trainer.batches, inputs="features",
                                       at_step=at_step)
+        elif fault == "bit_flip":  # one exponent bit of rank 1's first nn.Linear output
+            injection = faults.inject("bit_flip", model=trainer.model, batches=trainer.batches,
+                                      at_step=at_step, rank=fault_rank)
         else:
             injection = faults.Injection(batches=trainer.batches, labels="targets")
             injection.edit_labels(at_step, garble_targets(config.model.vocab_size, seed))

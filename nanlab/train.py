@@ -434,9 +434,10 @@ class Trainer(Resumable):
             self.scheduler.step()  # a skipped update does not advance the schedule
         if record_layers:
             self.record.log_layers(self._layer_rows(activations, before))
-        info.row = {"step": self.step, "batch": index, "loss": g.loss_value, "lr": lr,
-                    "grad_norm": g.grad_norm_value, "loss_scale": scale, "finite": g.finite,
-                    "skipped": info.skip}
+        # the step as applied: a guard's clean rerun (a transient fault) replaces g in info
+        info.row = {"step": self.step, "batch": index, "loss": info.loss_value, "lr": lr,
+                    "grad_norm": info.grad_norm_value, "loss_scale": scale,
+                    "finite": info.finite, "skipped": info.skip}
         self.record.log_step(info.row)
         self.data_position = index + 1
         self.step += 1

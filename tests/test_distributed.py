@@ -79,3 +79,36 @@ def test_helpers_outside_a_process_group():
         distributed.ddp_trainer()
     assert replicas_identical([torch.tensor([float("nan")])] * 2)
     assert distributed.shard(lambda i: i, 0, 3)(2) == 6
+
+
+def test_a_bit_flip_on_one_rank_is_transient_on_both():
+    """Silent data corruption on rank 1's device: one exponent bit of its first nn.Linear
+    output flips once (nanlab.faults.hardware). DDP averages rank 1's NaN gradient into
+    rank 0's; with rerun=True both ranks run the step again, agree that it is clean
+    (the verdict is all-reduced) and apply the rerun's update: the run is the clean one.
+    With the same settings a NaN in the data is still persistent, and skipped."""
+    guard = {"mode": "skip", "rerun": True}
+    runs = [{**RUN, "fault": None, "guard": None},
+            {**RUN, "fault": "bit_flip", "guard": None},
+            {**RUN, "fault": "bit_flip", "guard": guard},
+            {**RUN, "fault": "nan_input", "guard": guard}]
+    results = launch(train_data_parallel, 2, runs)
+    clean0, _ = both(results, 0)
+
+    r0, r1 = both(results, 1)  # no guard: rank 1's flip destroys both replicas
+    assert math.isnan(r1["losses"][11]) and math.isfinite(r0["losses"][11])
+    assert not r0["finite"] and not r1["finite"]
+
+    r0, r1 = both(results, 2)
+    for r in (r0, r1):
+        (rerun,) = [e for e in r["events"] if e["kind"] == "rerun"]
+        assert (rerun["step"], rerun["verdict"]) == (11, "transient")
+        assert r["skipped"] == [] and r["finite"] and r["guard"]["transient"] == 1
+    assert replicas_identical([r0["params"], r1["params"], clean0["params"]])
+
+    r0, r1 = both(results, 3)
+    for r in (r0, r1):
+        (rerun,) = [e for e in r["events"] if e["kind"] == "rerun"]
+        assert (rerun["step"], rerun["verdict"]) == (11, "persistent")
+        assert r["skipped"] == [11] and r["finite"]
+    assert replicas_identical([r0["params"], r1["params"]])

@@ -315,9 +315,12 @@ def test_rerun_finds_a_bit_flip_transient_and_loses_nothing():
     trainer.model.blocks[0].mlp.c_fc.register_forward_hook(flip_bit_once(11))  # step 10
     guard = Guard("recover", rerun=True).attach(trainer)
     trainer.run()
-    assert not trainer.record.steps[10]["finite"]
     (rerun,) = [e for e in trainer.record.events if e["kind"] == "rerun"]
     assert rerun["step"] == 10 and rerun["verdict"] == "transient"
+    # the first pass's NaN is in the event; the step's row is the pass it applied
+    assert not math.isfinite(rerun["loss"]) and math.isfinite(rerun["rerun_loss"])
+    assert trainer.record.steps[10]["finite"]
+    assert trainer.record.steps[10]["loss"] == clean.record.steps[10]["loss"]
     assert guard.counts["transient"] == 1 and guard.rollbacks == 0
     # the update used the rerun's gradients: the run is exactly the clean one
     for p, q in zip(clean.model.parameters(), trainer.model.parameters(), strict=True):

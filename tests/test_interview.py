@@ -754,3 +754,89 @@ def test_free_text_practice_from_the_bank(bank):
     ft.answer.value = get_question("confirm-no-recur", bank).answer
     ft.check_button.click()
     assert ft.last_feedback.correct
+
+
+# ------------------------------------------------------- the large-run answers, executed
+
+
+def test_large_run_answers_cite_their_sources(bank):
+    """Every large_runs answer names where its facts come from: a paper's section or
+    algorithm, or a repository file."""
+    source = re.compile(r"section \d|Algorithm \d|arXiv|\.py\b|\.md\b|\.rst\b|huggingface\.co/")
+    large = [q for q in bank if q.topic == "large_runs"]
+    assert len(large) >= 10
+    for q in large:
+        assert source.search(q.answer), q.id
+
+
+def test_a_fresh_adam_steps_the_full_lr_in_every_coordinate(bank):
+    """resume-no-optimizer-state: with m = v = 0 and bias correction, Adam's first update
+    is lr * g / (|g| + eps), about lr * sign(g), whatever the size of g."""
+    import torch
+
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
+    opt = torch.optim.AdamW([p], lr=0.01, weight_decay=0.0)
+    p.grad = torch.tensor([1e-3, 5.0, -200.0])
+    opt.step()
+    moved = p.detach() - torch.tensor([1.0, -2.0, 3.0])
+    assert torch.allclose(moved, -0.01 * torch.sign(p.grad), rtol=1e-4)
+    assert "lr * sign(g)" in get_question("resume-no-optimizer-state", bank).answer
+
+
+def test_one_exponent_bit_flip_turns_one_into_inf(bank):
+    """sdc-bit-flip: bit 30 of fp32 1.0 (0x3F800000) flipped gives 0x7F800000 = +inf."""
+    import struct
+
+    bits = struct.unpack("<I", struct.pack("<f", 1.0))[0]
+    flipped = struct.unpack("<f", struct.pack("<I", bits ^ (1 << 30)))[0]
+    assert bits == 0x3F800000 and flipped == float("inf")
+    answer = get_question("sdc-bit-flip", bank).answer
+    assert "0x3F800000" in answer and "0x7F800000" in answer
+
+
+def test_out_of_range_ids_and_empty_batches_as_the_answers_say(bank):
+    """token-id-beyond-vocab: loud in plain PyTorch; grad-accum-all-masked: 0 / 0 = NaN."""
+    import torch
+    import torch.nn.functional as F
+
+    with pytest.raises(IndexError, match="index out of range in self"):
+        torch.nn.Embedding(10, 4)(torch.tensor([12]))
+    assert "'index out of range in self'" in get_question("token-id-beyond-vocab", bank).answer
+    masked = F.cross_entropy(torch.randn(2, 10), torch.tensor([-100, -100]))
+    assert torch.isnan(masked)
+    assert "0 / 0 = NaN" in get_question("grad-accum-all-masked", bank).answer
+
+
+def test_mean_of_means_differs_and_total_token_normalisation_matches(bank):
+    """grad-accum-mean-of-means: with unequal token counts the mean of micro-batch means is
+    not the full-batch mean; the sum over tokens divided by the total count is."""
+    import torch
+
+    losses = [torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([10.0])]  # 4 and 1 tokens
+    full = torch.cat(losses).mean()
+    mean_of_means = sum(x.mean() for x in losses) / len(losses)
+    total = sum(len(x) for x in losses)
+    by_total = sum(x.sum() / total for x in losses)
+    assert not torch.isclose(mean_of_means, full) and torch.isclose(by_total, full)
+    assert "mean of means" in get_question("grad-accum-mean-of-means", bank).answer
+
+
+def test_scaler_update_without_a_step_is_loud(bank):
+    """grad-accum-gradscaler: update() with no step() since the last update raises."""
+    import torch
+
+    w = torch.nn.Parameter(torch.ones(3))
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale((w * 2).sum()).backward()
+    with pytest.raises(AssertionError, match="No inf checks were recorded prior to update"):
+        scaler.update()
+    assert "No inf checks were recorded prior to update" in get_question(
+        "grad-accum-gradscaler", bank).answer
+
+
+def test_wrong_answers_must_be_a_list_of_text(raw):
+    raw[0]["wrong_answers"] = "just one string"
+    raw[1]["wrong_answers"] = []
+    msgs = problems_of(raw)
+    assert any(m.startswith("questions[0]") and "'wrong_answers'" in m for m in msgs)
+    assert any(m.startswith("questions[1]") and "'wrong_answers'" in m for m in msgs)

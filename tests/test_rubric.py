@@ -305,3 +305,109 @@ def test_a_wrong_zero_std_answer_is_capped():
 def test_negation_in_english_and_chinese(answer, credited):
     point = KeyPoint("roll back", ("roll back", "回滚"))
     assert (score_answer(answer, [point]).score == 1.0) is credited, answer
+
+
+# ------------------------------------------------- every bank question fails wrong answers
+
+
+def _bank_questions():
+    """Every question of the shipped bank, its inline follow-ups included."""
+    from nanlab.interview import load_bank
+
+    bank = load_bank()
+    return bank + [f.question for q in bank for f in q.follow_ups if f.question]
+
+
+@pytest.mark.parametrize("question", _bank_questions(), ids=lambda q: q.id)
+def test_every_bank_question_fails_its_wrong_answers(question):
+    """Each question ships whole wrong answers (a plausible one built from its common
+    mistakes, and its own answer negated sentence by sentence): each scores at most the
+    wrong-claim cap and the feedback names what was wrong, while the bank's answer
+    still earns full marks."""
+    from nanlab.course.rubric import WRONG_CLAIM_CAP
+
+    assert question.score(question.answer).score == 1.0, question.id
+    assert len(question.wrong_answers) >= 2, f"{question.id}: needs at least two wrong answers"
+    for wrong in question.wrong_answers:
+        result = question.score(wrong)
+        assert result.score <= WRONG_CLAIM_CAP, (question.id, result.score, result.present, wrong)
+        named = result.wrong + result.negated + result.missing
+        assert named, (question.id, wrong)
+        for claim in result.wrong:
+            assert claim in result.feedback
+        if result.wrong:
+            assert "Wrong, so the score is capped" in result.feedback
+        elif result.negated:
+            assert "Negated, so not counted" in result.feedback
+        else:
+            assert "Missing:" in result.feedback or "Named but not explained" in result.feedback
+
+
+def test_chinese_wrong_answers_are_caught_too():
+    """Chinese synonyms of the wrong claims work: the Chinese wrong answers in the bank
+    are capped by a wrong claim, not only by missing points."""
+    import re
+
+    chinese = [(q, w) for q in _bank_questions() for w in q.wrong_answers
+               if len(re.findall(r"[\u4e00-\u9fff]", w)) > len(w) / 3]
+    assert len(chinese) >= 5
+    for question, wrong in chinese:
+        assert question.score(wrong).wrong, (question.id, wrong)
+
+
+@pytest.mark.parametrize("answer, asserted", [
+    ("I clip before unscale_ and then call scaler.step.", True),
+    ("When the loss is NaN, I clip before unscale_ and step.", True),
+    ("If you clip before unscale_, max_norm means nothing, so unscale first.", False),
+    ("如果先裁剪再unscale，阈值就没有意义。", False),
+    ("例如先裁剪再unscale也可以。", True),  # 例如 is "for example", not a condition
+])
+def test_a_wrong_claim_inside_a_condition_is_not_asserted(answer, asserted):
+    """Warning against a mistake ("if you do X, ...") is not making it."""
+    from nanlab.course.rubric import WrongClaim
+
+    claim = WrongClaim("clip before unscale_", ("clip before unscale_", "先裁剪再unscale"))
+    point = KeyPoint("unscale first", ("unscale",))
+    assert bool(score_answer(answer, [point], [claim]).wrong) is asserted, answer
+
+
+@pytest.mark.parametrize("qid, answer", [
+    ("grad-accum-gradscaler", "If step() and update() run after every micro-batch, the optimizer "
+                              "steps on partial sums and the scale changes mid-accumulation."),
+    ("token-id-beyond-vocab", "On one device PyTorch always raises an IndexError, but Megatron's "
+                              "vocab-parallel layers mask the id silently."),
+    ("adam-b2-quiet-layer", "A larger b2 makes v slower to catch up, so the overshoot gets worse; "
+                            "lower b2 instead."),
+    ("opt-bloom-incidents", "The often quoted 2.5 to 1.0 clipping story comes from abandoned "
+                            "earlier runs; the paper clips at 1.0 and then 0.3."),
+    ("grad-accum-mean-of-means", "The two are equivalent only when every micro-batch has the "
+                                 "same number of tokens."),
+    ("amp-api", "If you clip before unscale_, the threshold is applied to scaled gradients."),
+])
+def test_describing_a_mistake_is_not_making_it(qid, answer):
+    """Good answers name the mistake they avoid; the wrong claims must not fire on them."""
+    from nanlab.interview import get_question
+
+    assert get_question(qid).score(answer).wrong == [], answer
+
+
+@pytest.mark.parametrize("qid, answer", [
+    ("grad-accum-all-masked",
+     "标签全是-100，也就是ignore_index，这个micro-batch没有有效token，"
+     "用mean归约时就是0 / 0得到NaN。"
+     "梯度累积是求和，一个micro-batch的NaN会污染整个优化器步，其他micro-batch没法稀释。"
+     "用fp16时GradScaler会跳过这一步并把缩放因子减半，从而掩盖真正的原因。"
+     "修复方法是把所有micro-batch的loss求和后除以总token数并至少为1，在整理数据时丢掉没有有效token的"
+     "micro-batch，并记录每个micro-batch的token数。"),
+    ("sdc-bit-flip",
+     "这是静默数据损坏：某个比特翻转了但没有任何报错。如果翻转的是指数位，数值会变成极大值甚至inf，"
+     "再经过softmax变成NaN，并通过all-reduce扩散到所有rank。像Megatron的RerunStateMachine那样，"
+     "先在同一块GPU上原地重跑这一步，不能复现就是瞬时错误；能复现就换另一块GPU重跑，"
+     "只在原来那块GPU上复现说明是持续性的硬件故障。要保证能精确重放，记录每次出错的节点和GPU，"
+     "多次出错就把节点下线。"),
+])
+def test_good_chinese_answers_to_large_run_questions_score_high(qid, answer):
+    from nanlab.interview import get_question
+
+    result = get_question(qid).score(answer)
+    assert result.score == 1.0 and not result.wrong, (result.missing, result.wrong)

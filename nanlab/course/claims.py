@@ -108,8 +108,10 @@ FOUND = {
     "M10": "Rollback + batch skip + LR / 10 only when the failure comes back (PaLM's "
            "recipe plus the article's); on a one-step LR glitch it does worse than "
            "leaving the spike alone, at each of seeds 0-2.",
-    "M11": "AdamW learns the toy fastest, ahead of NAdam and SGD; a pretrained start hit by "
-           "a high LR jumps higher than a random one (0.60 to 6.6) but ends lower.",
+    "M11": "At each optimizer's best LR of a 3-LR sweep, AdamW ends lowest, then NAdam, "
+           "then SGD, on each of seeds 0-2 (40 steps); a careless fine-tune (LR 0.01, no "
+           "warmup) moves a pretrained start as far as a random one (more than its own "
+           "size); the pretrained run still ends lower, on each of seeds 1-3.",
     "M12": "The manifest holds config, seed, fault, fixes, versions, git commit, device "
            "and the optimizer class really used.",
     "M13": "Megatron-LM and DeepSpeed all-reduce the found-inf flag; without that, a "
@@ -126,8 +128,9 @@ FOUND = {
           "prevent.",
     "I2": "Three levels (new graduate, experienced, senior), each with its template and "
           "typical mistake.",
-    "I3": "46 questions, each with a rubric (English and Chinese synonyms) and 1-3 "
-          "follow-ups chosen from what the answer missed.",
+    "I3": "A bank of questions (Lab 10 prints its size), each with a rubric (English and "
+          "Chinese synonyms), wrong answers that must score low, and 1-3 follow-ups chosen "
+          "from what the answer missed.",
     "I4": "star_story() writes Situation, Task, Action, Result from the learner's own run: "
           "step of the NaN, grad-norm jump, what was ruled out, loss against the clean run.",
     "W1": "Every lab and the question bank use torch.amp.autocast(device_type=...) and "
@@ -147,6 +150,15 @@ FOUND = {
           "sensitivity (0.82 against 1.13) and keeps the max attention logit at LR 0.3 "
           "below 1e3 where the baseline's passes 1e4; no warmup raises it; z-loss 1e-4 has "
           "no effect in 150 steps.",
+    "W6": "A toy run (AdamW 1e-2, b2 0.99, constant LR, no injected fault) spikes at "
+          "step 255; the 30 batches around it spike from the state 15 steps before (rise "
+          "x290) and not from the state 100 steps earlier (x1.2), as in PaLM, yet the near "
+          "state spikes on unseen batches too: here the state alone suffices. "
+          "Guard('recover') skips data three times, the spike keeps coming back, the LR "
+          "cut ends it; from 115 steps back, LR x 0.5 or clipping at 1.0 or 0.3 each "
+          "remove it (OPT); "
+          "fp16 at LR 0.2 turns non-finite where bf16 stays finite; the embedding "
+          "LayerNorm (BLOOM) and QK-norm (OLMo 2) each remove the spike (one seed).",
 }
 
 
@@ -158,7 +170,7 @@ L00, L01, L02, L03, L04 = "00_start_here", "01_numbers", "02_dirty_data", "03_le
     "04_mixed_precision"
 L05, L06, L07, L08, L09, L10 = "05_init_depth", "06_norms_softmax", "07_sop_mystery", \
     "08_guard_recovery", "09_data_parallel", "10_interview"
-L11 = "11_lr_sensitivity"
+L11, L12 = "11_lr_sensitivity", "12_incidents"
 
 CLAIMS: tuple[Claim, ...] = (
     _c("C1", "Gradient explosion ends in NaN",
@@ -342,6 +354,16 @@ CLAIMS: tuple[Claim, ...] = (
        (L08, "## 8. Acting before the NaN: a loss-spike detector"),
        (L08, "## 5. Recover: roll back, skip the data, cut the LR"),
        (L11, "## 7. LR sensitivity per recipe, beside the paper")),
+    _c("W6", "What the famous incidents did",
+       "Four large runs published their failures and fixes: PaLM rolled back and skipped "
+       "batches, OPT-175B restarted at a lower LR and clipped tighter, BLOOM moved to bf16 "
+       "with an embedding LayerNorm, OLMo 2 changed init, norms, z-loss and AdamW.",
+       "extended",
+       (L12, "## 1. PaLM 540B: the same batches from an earlier state"),
+       (L12, "## 2. PaLM's recipe: roll back, skip the batches"),
+       (L12, "## 3. OPT-175B: an earlier checkpoint, a lower LR, tighter clipping"),
+       (L12, "## 4. BLOOM: fp16, bf16 and the embedding LayerNorm"),
+       (L12, "## 5. OLMo 2: eight changes for stability")),
 )
 
 

@@ -47,7 +47,9 @@ Wrong claims (``must_not``)
     A question can list claims a good answer must not make (``WrongClaim``). A wrong
     claim that the answer asserts (matched and not negated, no explanation needed) caps
     the score at ``WRONG_CLAIM_CAP``, whatever else the answer gets right, and the
-    feedback says why the claim is wrong.
+    feedback says why the claim is wrong. A claim inside a condition is not asserted: after
+    ``if``, ``unless``, ``when`` or 如果 / 若 in the same part of the sentence ("if you clip
+    before unscaling, max_norm means nothing" warns against the mistake).
 
 Limits, said plainly: the rules read words, not meaning. A negation phrased in an
 unusual way ("the last thing I would do is roll back") is missed, and a wrong number is
@@ -95,6 +97,8 @@ _SCOPE_ENDS = frozenset({
     "但", "而", "然", "所", "因", "如", "否", "再", "才",
 })
 _CJK_NEGATORS = frozenset("不没无别未非勿莫")
+_CONDITIONS = frozenset({"if", "unless", "when", "whenever", "若", "如"})
+_NOT_A_CONDITION_BEFORE = frozenset("例比譬")  # 例如, 比如: for example
 _CJK_NOT_NEGATIONS = (  # words that contain a negation character but negate nothing
     "不同", "不断", "不仅", "不但", "不管", "不论", "不过", "不久", "不少", "不错", "不然",
     "要不", "差不多", "不足", "无论", "无穷", "非常", "非法", "非零", "非线性", "未来",
@@ -332,6 +336,16 @@ def _negated(raw: list[str], part: list[int], neg: list[bool], start: int) -> bo
     return count % 2 == 1
 
 
+def _conditional(raw: list[str], part: list[int], start: int) -> bool:
+    """Whether an ``if`` (如果, 若) earlier in the same part makes the phrase a condition."""
+    for i in range(start - 1, -1, -1):
+        if part[i] != part[start]:
+            return False
+        if raw[i] in _CONDITIONS and not (i > 0 and raw[i - 1] in _NOT_A_CONDITION_BEFORE):
+            return True
+    return False
+
+
 def _matches(stems, patterns, raw, part, neg, want_negated: bool):
     """(start, end) of each occurrence of a pattern, negated or not as wanted."""
     out = []
@@ -395,7 +409,9 @@ def score_answer(
             elif against:
                 negated.add(point.name)
         for claim, patterns in claims.items():
-            if claim not in wrong and _matches(stems, patterns, raw, part, neg, False):
+            asserted = [(a, b) for a, b in _matches(stems, patterns, raw, part, neg, False)
+                        if not _conditional(raw, part, a)]
+            if claim not in wrong and asserted:
                 wrong.append(claim)
         context = {raw[i] for i in range(len(raw)) if i not in covered and not short[i]}
         all_context |= context

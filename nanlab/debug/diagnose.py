@@ -47,6 +47,7 @@ import torch.nn as nn
 
 from nanlab import faults as faults_mod
 from nanlab.debug.grad_accum_checks import check_accumulation
+from nanlab.debug.hardware_checks import check_transient
 from nanlab.debug.runs import load_run
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
@@ -486,6 +487,12 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
             findings.append(f)
             cause, detail = "optimizer_state", "adam_unfreeze_spike"
             fix = cure_for(cause, detail)
+
+    # A clean batch whose step does not fail again when replayed exactly: the device
+    if cause is None and (text := check_transient(run, step, symptom, loc)):
+        findings.append(Finding("data", "cause", text))
+        cause, detail = "hardware", "bit_flip"
+        fix = cure_for(cause, detail)
 
     # 2. AMP off / bf16
     if cause is None:

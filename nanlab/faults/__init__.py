@@ -7,6 +7,7 @@
 - ``matrix``:    every fault against every fix, measured
 - ``mystery``:   runs whose fault is drawn from a seed and sealed, for learners to find
 - ``grad_accum``: gradient accumulation loops written wrongly, and their two fixes
+- ``hardware``:  silent data corruption: one bit flipped once, and the guard's rerun
 
 >>> from nanlab.faults import get_fault, run_fault
 >>> get_fault("nan_input").cure
@@ -14,6 +15,7 @@
 """
 
 from nanlab.faults import grad_accum  # noqa: F401  (registers its faults and fixes)
+from nanlab.faults import hardware  # noqa: F401  (registers bit_flip and guard_rerun)
 from nanlab.faults.catalogue import FAULTS, SIGNATURES, SOP_STEPS, Fault, Param, get_fault, register
 from nanlab.faults.fixes import FIXES, Fix, batch_problems, get_fix
 from nanlab.faults.inject import Injection, inject

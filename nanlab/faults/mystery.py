@@ -39,7 +39,10 @@ from nanlab.faults import FAULTS, SOP_STEPS, get_fault, run_fault
 from nanlab.record import RunRecord, holds_run, read_manifest
 
 SLOW = ("deep_explosion", "sigmoid_chain")  # minutes on a CPU: not for a quick exercise
-POOL: tuple[str, ...] = tuple(name for name in FAULTS if name not in SLOW)
+# A one-off device fault cannot be replayed from a folder: the rebuilt run is a new
+# process whose simulated device flips the bit again (nanlab.faults.hardware).
+ONE_OFF = ("bit_flip",)
+POOL: tuple[str, ...] = tuple(name for name in FAULTS if name not in SLOW + ONE_OFF)
 SEAL_PREFIX = "sealed:v1:"
 MAX_ATTEMPTS = 3
 """Graded answers a learner gets per mystery folder; each is recorded in ``answers.jsonl``."""

@@ -571,12 +571,16 @@ class Guard(PlainLoop):
 
     def _rerun_in_trainer(self, trainer, info) -> tuple[float, float]:
         """The step again, as the trainer ran it: same weights, optimizer state, batch and
-        RNG (the update has not happened yet); the gradients are replaced in place."""
+        RNG (the update has not happened yet); the gradients are replaced in place, and so
+        are ``info``'s loss and grad norm: the step's row records the pass it applies (the
+        first pass stays in the "rerun" and "guard" events)."""
         if self._rng is not None:
             torch.set_rng_state(self._rng[0])
             if self._rng[1] is not None:
                 torch.cuda.set_rng_state(self._rng[1], trainer.device)
         again = trainer.forward_backward(info.batch)
+        info.loss, info.grad_norm, info.finite = again.loss, again.grad_norm, again.finite
+        info.loss_value, info.grad_norm_value = again.loss_value, again.grad_norm_value
         return again.loss_value, again.grad_norm_value
 
 

@@ -5,7 +5,8 @@ each a list of entries, read in ``TOPICS`` order. Each entry: id, topic, level, 
 question_zh, answer, key_points (name, synonyms, hint, optional denied), common_mistakes,
 follow_ups (a bank id or an inline question, each with targets = the key point names it
 probes) and, optionally, must_not: the wrong claims a good answer must not make (claim,
-synonyms, why, example); one asserted wrong claim caps the rubric score. An
+synonyms, why, example); one asserted wrong claim caps the rubric score; and
+wrong_answers: whole answers that must score low (the tests check each one). An
 instructor extends the bank with a file or a folder of their own: ``load_bank(path)``
 validates every entry and names the file, the entry and the field of each problem.
 
@@ -38,6 +39,7 @@ TOPICS: tuple[str, ...] = (
     "recovery",
     "distributed",
     "process",
+    "large_runs",
 )
 """Allowed ``topic`` values, in the order the course meets them."""
 
@@ -52,6 +54,7 @@ TOPIC_LABELS: dict[str, str] = {
     "recovery": "rollback and recovery (回滚 / 恢复)",
     "distributed": "distributed training (分布式训练)",
     "process": "method and answering (排查流程 / 答题)",
+    "large_runs": "large runs: optimizer state, LLM data, accumulation, SDC (大规模训练)",
 }
 
 LEVELS: tuple[str, ...] = ("new_grad", "experienced", "senior")
@@ -77,9 +80,9 @@ _ENTRY_FIELDS = (
     "common_mistakes",
     "follow_ups",
 )
-_OPTIONAL_FIELDS = ("must_not",)
+_OPTIONAL_FIELDS = ("must_not", "wrong_answers")
 _INLINE_FIELDS = ("question", "question_zh", "answer", "key_points", "common_mistakes", "targets",
-                  "must_not")
+                  "must_not", "wrong_answers")
 _POINT_FIELDS = ("name", "synonyms", "hint", "denied")
 _CLAIM_FIELDS = ("claim", "synonyms", "why", "example")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -140,6 +143,7 @@ class Question:
     follow_ups: tuple[FollowUp, ...] = ()
     parent: str | None = None
     must_not: tuple[WrongClaim, ...] = ()
+    wrong_answers: tuple[str, ...] = ()
 
     def score(self, text: str) -> RubricResult:
         """Score a free-text answer to this question with its own rubric and wrong claims.
@@ -379,6 +383,8 @@ def _check_entry(label: str, entry: Any, known: set[str]) -> list[str]:
         out += _check_follow_ups(where, entry, known)
     if "must_not" in entry:
         out += _check_claims(where, entry["must_not"])
+    if "wrong_answers" in entry:
+        out += _check_string_list(where, "wrong_answers", entry["wrong_answers"])
     return out
 
 
@@ -539,6 +545,8 @@ def _check_follow_ups(where: str, entry: dict, known: set[str]) -> list[str]:
                 out += _check_key_points(at, "key_points", item["key_points"])
             if "must_not" in item:
                 out += _check_claims(at, item["must_not"])
+            if "wrong_answers" in item:
+                out += _check_string_list(at, "wrong_answers", item["wrong_answers"])
     return out
 
 
@@ -570,6 +578,7 @@ def _build(entry: dict) -> Question:
             common_mistakes=tuple(item.get("common_mistakes", ())),
             parent=entry["id"],
             must_not=_claims(item.get("must_not", [])),
+            wrong_answers=tuple(item.get("wrong_answers", ())),
         )
         follow_ups.append(FollowUp(targets, question=inline))
     return Question(
@@ -583,6 +592,7 @@ def _build(entry: dict) -> Question:
         common_mistakes=tuple(entry["common_mistakes"]),
         follow_ups=tuple(follow_ups),
         must_not=_claims(entry.get("must_not", [])),
+        wrong_answers=tuple(entry.get("wrong_answers", ())),
     )
 
 

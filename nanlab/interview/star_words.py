@@ -238,6 +238,19 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "loop under fp16, and no per-micro-batch clipping (clip once, after unscale_)",
         "PyTorch stopped the run at once with its own assertion, 'No inf checks were "
         "recorded prior to update.': update() found no overflow check since the last one",
+    "hardware": _Words(
+        "silent data corruption on the device (静默数据损坏, a transient hardware fault)",
+        "one bit of one matmul output flipped once on the device: a high exponent bit made "
+        "one activation about 1e38, the next norm or softmax overflowed, and that single "
+        "step's loss and gradients were NaN (or spiked); the batch was clean, and an exact "
+        "replay of the step from the same weights, batch and RNG was clean too",
+        "re-running a failed step from the same state tells a one-off fault from one that "
+        "reproduces: the clean rerun's update is applied, so the run continues exactly as it "
+        "would have without the fault; cutting the LR, turning AMP off or filtering the data "
+        "treats causes that were never there",
+        "a guard that reruns a failed step before it acts (transient or persistent, decided "
+        "on every rank), a log of which device and step each transient came from, and "
+        "taking a device that keeps producing them out of the pool",
     ),
     "myth": _Words(
         "vanishing gradients (梯度消失), a stall rather than a NaN",

@@ -98,17 +98,19 @@ QUESTIONS = [
     MultipleChoiceQuestion(
         "05-pretrained-shield",
         "A colleague fine-tunes a pretrained model with a fresh AdamW, no warmup, at 2x "
-        "the usual LR: 'pretrained weights are stable, it will be fine.' What did the "
-        "toy show?",
-        ["the loss jumped to many times its start in the first steps, higher than the "
-         "random-init run ever went, then came partly back",
-         "the pretrained run stayed near its starting loss",
+        "the usual LR: 'pretrained weights are stable, they will barely move.' What did "
+        "the toy's weight displacement show after 40 steps?",
+        ["the pretrained weights moved about as far as a random init's, by more than "
+         "their own size",
+         "the pretrained weights moved a few percent of their size; only the random "
+         "init's moved far",
          "the pretrained run went NaN",
-         "the pretrained run and the random run were identical after 40 steps"],
+         "relative to its size, the pretrained start moved further than the random one"],
         answers=0,
-        explanation="AdamW's first steps move every weight by about the LR whatever "
-        "the start: a pretrained start is a head start, not a shield. Use a smaller LR "
-        "and warmup for fine-tunes.",
-        hints=["Section 6c: compare the peaks, not only the ends."],
+        explanation="AdamW moves each weight by about the LR per step whatever the "
+        "start, so both starts moved the same distance; the pretrained ratio is smaller "
+        "only because those weights are larger, and still above 1. A head start, not a "
+        "shield: fine-tunes use a smaller LR and warmup.",
+        hints=["Section 6c: compare the distances moved first, then the ratios."],
     ),
 ]

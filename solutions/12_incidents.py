@@ -1,0 +1,388 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] tags=["solution-only"]
+# **Source notebook (solution version).** This pair (`solutions/12_incidents.py`,
+# `.ipynb`) is the single source of `labs/12_incidents.ipynb`, answers filled in.
+# Edit either (JupyterLab syncs the other on save), then run
+# `nanlab course execute solutions/12_incidents.py` (syncs the pair, stores the
+# outputs the tests compare) and `nanlab course build` (writes the learner's version).
+
+# %% [markdown]
+# # Lab 12 · The famous incidents as case studies
+#
+# Four large training runs published what went wrong and what they did about it:
+# PaLM 540B, OPT-175B, BLOOM 176B and OLMo 2. For each, this lab puts the paper's
+# numbers beside a toy experiment you run, and says where the toy agrees and where it
+# does not. Every paper number is quoted with its section; every toy number is read
+# from a run. CPU only, about 30 minutes; the runs take about two minutes.
+
+# %% [markdown]
+# ## Setup
+# One run of the toy Transformer that spikes by itself, with no injected fault:
+# AdamW at a constant LR of 1e-2 with b2 = 0.99, a checkpoint every 10 steps.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.guard import Guard
+from nanlab.train import TrainConfig, Trainer, stop_early
+
+start_lab("12_incidents")
+STEPS = 280
+SPIKY = TrainConfig(steps=STEPS, lr=1e-2, beta2=0.99, schedule="constant",
+                    checkpoint_every=10, record_every=0, progress=False)
+
+
+def losses_of(record):
+    """The standing loss of every step (after a rollback, the rerun replaces the old)."""
+    by_step = {r["step"]: r["loss"] for r in record.steps}
+    return np.array([by_step[s] for s in sorted(by_step)])
+
+
+def first_spike(losses, bar=10.0, window=20, start=40):
+    """The first step whose loss is `bar` times the median of the `window` before it."""
+    for t in range(start, len(losses)):
+        if losses[t] > bar * np.median(losses[t - window:t]):
+            return t
+    return None
+
+
+def rise(losses, first=10):
+    """The worst loss of a stretch against the median of its first `first` losses."""
+    return float(np.max(losses) / np.median(losses[:first]))
+
+
+trainer = Trainer(SPIKY)
+base = losses_of(trainer.run())
+t = first_spike(base)
+print(f"spike at step {t}: loss {base[t - 5]:.3f} five steps before, {base[t]:.3f} at "
+      f"the spike, {base[t:t + 10].max():.2f} at its peak; final loss {base[-1]:.3f}")
+
+# %% tags=["nbval-check-output"]
+print("a finite spike between steps 200 and 280:", t is not None and 200 <= t < STEPS)
+print("every loss finite:", bool(np.isfinite(base).all()))
+print("peak more than 100x the loss five steps before:", base[t:t + 10].max() > 100 * base[t - 5])
+
+# %% [markdown]
+# No batch is special here (the data is a clean, generated counting task) and the LR
+# never changes. One explanation, which this lab does not prove: Adam's second-moment
+# average `v` follows the shrinking gradients of a nearly solved task, so a gradient
+# larger than `v` expects makes the update `m / √v` far larger than usual.
+#
+# ## 1. PaLM 540B: the same batches from an earlier state
+#
+# Chowdhery et al. 2022, *PaLM*, section 5.1 "Training Instability": the 540B model's
+# loss spiked **roughly 20 times**, despite gradient clipping. The fix: restart from a
+# checkpoint **roughly 100 steps before** the spike and skip **roughly 200-500 data
+# batches**. The test: the batches around a spike, fed to an earlier checkpoint, did
+# not spike. Their conclusion: a spike needs specific batches *and* a specific model
+# state.
+#
+# Your turn, on the toy. The window: the 30 batches around the spike. Feed it to the
+# state 15 steps before the spike, then to the state 100 steps earlier still.
+
+# %%
+WINDOW = list(range(t - 15, t + 15))
+
+
+def replay(start, batches):
+    """Load the checkpoint of step `start`, then train on `batches`; their losses."""
+    trainer.restore(start)
+    return np.array([trainer.train_step(batch_index=b, record_layers=False).loss_value
+                     for b in batches])
+
+
+near_state, far_state = WINDOW[0], WINDOW[0] - 100
+near = replay(near_state, WINDOW)
+far = replay(far_state, WINDOW)
+other = replay(near_state, range(1000, 1030))  # the near state, batches it never saw
+for name, x in (("near state, window", near), ("far state, same window", far),
+                ("near state, other batches", other)):
+    print(f"{name:27} worst {x.max():7.3f}   rise x{rise(x):.1f}")
+
+# %% tags=["nbval-check-output"]
+print("the near state replays the run bit for bit:",
+      np.array_equal(near, base[near_state:near_state + len(WINDOW)]))
+print("near state, window: rise above 100x:", rise(near) > 100)
+print("far state, same window: rise below 2x:", rise(far) < 2)
+print("near state, other batches: rise above 100x:", rise(other) > 100)
+
+# %% [markdown]
+# The picture, losses over the same 30 batches:
+
+# %%
+fig, ax = plt.subplots(figsize=(8, 3.5), layout="constrained")
+ax.semilogy(WINDOW, near, "o-", ms=3, label=f"state of step {near_state}")
+ax.semilogy(WINDOW, far, "s-", ms=3, label=f"state of step {far_state} (100 earlier)")
+ax.axvline(t, color="grey", ls=":", label=f"spike in the run (step {t})")
+ax.set(xlabel="batch index", ylabel="loss (log)", title="The same batches, two states")
+ax.legend();
+
+# %% [markdown]
+# Half of PaLM's finding holds on the toy: the earlier state takes the same batches
+# without a spike. The other half does not: the near state spikes on batches it never
+# saw. Here the state alone is enough; PaLM's spikes also needed the data.
+#
+# ## 2. PaLM's recipe: roll back, skip the batches
+#
+# `Guard("recover", spike="recover")` does it in the run: a one-sided z-score on the
+# loss flags the spike, the trainer goes back to the last checkpoint at or before it,
+# and batches `b - 1 .. b + 2` are never trained on. If it fails again before the run
+# is two steps past that failure, the guard goes one checkpoint further back and cuts
+# the LR by 10, OPT's remedy (section 3). PaLM skipped hundreds of batches; on the
+# toy, a few.
+
+# %%
+guard = Guard("recover", spike="recover")
+guarded = Trainer(SPIKY)
+guard.attach(guarded)
+recovered = losses_of(guarded.run())
+events = [e for e in guarded.record.events if e["kind"] in ("rollback", "lr_cut")]
+for e in events:
+    detail = {k: e[k] for k in ("to_step", "repeat", "lr_scale") if k in e}
+    print(f"step {e['step']}: {e['kind']:8} {detail}")
+print(f"worst loss after step {t}: {recovered[t:].max():.3f}  (unguarded: {base[t:].max():.2f})")
+
+# %% tags=["nbval-check-output"]
+rollbacks = [e for e in events if e["kind"] == "rollback"]
+print("first rollback skipped data and kept the LR:", not rollbacks[0]["repeat"])
+print("the guard acted before the unguarded run's spike step:", rollbacks[0]["step"] <= t)
+print("more than one rollback (it came back on other batches):", len(rollbacks) > 1)
+print("then an LR cut:", any(e["kind"] == "lr_cut" for e in events))
+print("all", STEPS, "steps done, every loss finite:",
+      len(recovered) == STEPS and bool(np.isfinite(recovered).all()))
+print("worst loss after the spike step below 0.1:", recovered[t:].max() < 0.1)
+
+# %% [markdown]
+# The detector fires while the loss is still small, a few steps ahead of the visible
+# spike. Skipping the data is not enough here: the spike comes back on other batches,
+# as section 1 predicted, and only the LR cut ends it. On PaLM, skipping was enough:
+# "the loss did not spike again at the same point".
+#
+# ## 3. OPT-175B: an earlier checkpoint, a lower LR, tighter clipping
+#
+# Zhang et al. 2022, *OPT*, section 2.5 "Training Processes": "When the loss diverged,
+# we found that lowering the learning rate and restarting from an earlier checkpoint
+# allowed for the job to recover and continue training." Gradient norms were clipped at
+# **1.0**, "except for some mid-flight changes that reduce this threshold down from 1.0
+# to 0.3" (section 2.2); restart points were chosen where the dynamic loss scale was
+# still "healthy" (**≥ 1.0**). Hardware alone caused at least **35 manual restarts**
+# and **over 100 hosts** cycled in 2 months. The day-by-day account is the metaseq
+# logbook (`projects/OPT/chronicles`).
+#
+# The toy analogue: go back to section 1's far state (100 steps before the window, a
+# little further than PaLM went) and continue over the same batches with one change,
+# as OPT changed things mid-flight.
+
+# %%
+def continue_from(start, lr_scale=1.0, grad_clip=0.0):
+    """From checkpoint `start`, train batches start..STEPS-1 with a mid-flight change."""
+    trainer.restore(start)
+    trainer.config = SPIKY.replace(grad_clip=grad_clip)
+    trainer.set_lr_scale(lr_scale)
+    out = [trainer.train_step(batch_index=b, record_layers=False).loss_value
+           for b in range(start, STEPS)]
+    trainer.config = SPIKY
+    return np.array(out)
+
+
+restart = far_state
+CHANGES = {"LR x 0.5": {"lr_scale": 0.5}, "clip at 1.0": {"grad_clip": 1.0},
+           "clip at 0.3": {"grad_clip": 0.3}}
+after = {"no change": base[restart:]}  # the run itself (section 1: replays are exact)
+after |= {name: continue_from(restart, **kw) for name, kw in CHANGES.items()}
+for name, x in after.items():
+    print(f"{name:12} rise x{rise(x):6.1f}   mean of the last 10: {x[-10:].mean():.4f}")
+
+# %% tags=["nbval-check-output"]
+print("no change: the spike (rise above 10x):", rise(after["no change"]) > 10)
+for name in CHANGES:
+    print(f"{name}: rise below 3x:", rise(after[name]) < 3)
+
+# %% [markdown]
+# Each of OPT's levers works on the toy. Clipping caps the gradient that enters Adam's
+# averages; a lower LR scales every update down. Neither says *why* the state was
+# fragile, and each costs progress (OPT's Figure 1 plots its LR, changed by hand).
+#
+# ## 4. BLOOM: fp16, bf16 and the embedding LayerNorm
+#
+# BigScience's 104B English trials ran in fp16 (`train/tr8-104B-wide/chronicles.md`,
+# `train/tr8b-104B/chronicles.md`) and "failed to cross the 24B-tokens barrier"; the
+# 176B run crossed it "w/o a single instability issue" (bigscience-workshop/bigscience,
+# `train/tr11-176B-ml/chronicles.md`). That page lists five candidate reasons, without
+# ablations: very clean data, **bf16**, fp32 gradient accumulation, a smaller init, and
+# the embedding LayerNorm ("but it was also used in 104B-en"). The BLOOM paper (Le Scao
+# et al. 2022, arXiv 2211.05100, "Embedding LayerNorm") tried a LayerNorm right after
+# the embedding in the 104B trials (as bitsandbytes' StableEmbedding does), kept it,
+# and notes: "It is possible that bfloat16 alleviates the need for the embedding
+# LayerNorm".
+#
+# Toy part one: the precision. LR 0.2 (40 times the toy's default) in fp16 and bf16
+# autocast, 60 steps; a run stops after three non-finite steps in a row (its
+# GradScaler skips each of them).
+
+# %%
+def run_until_nan(config):
+    trainer = Trainer(config)
+    trainer.add_callback("on_step_end", stop_early(nonfinite_streak=3))
+    return losses_of(trainer.run())
+
+
+HIGH = TrainConfig(steps=60, lr=0.2, checkpoint_every=0, record_every=0, progress=False)
+by_precision = {p: run_until_nan(HIGH.replace(precision=p)) for p in ("fp16", "bf16")}
+for p, x in by_precision.items():
+    bad = np.flatnonzero(~np.isfinite(x))
+    print(f"{p}: {len(x)} steps, first non-finite step {bad[0] if len(bad) else None}")
+
+# %% tags=["nbval-check-output"]
+fp16, bf16 = by_precision["fp16"], by_precision["bf16"]
+print("fp16: a non-finite loss within 60 steps:", not np.isfinite(fp16).all())
+print("bf16: all 60 steps finite:", len(bf16) == 60 and bool(np.isfinite(bf16).all()))
+
+# %% [markdown]
+# The same updates, different ranges: an attention score passes fp16's 65504 and
+# becomes inf (Lab 04 follows it op by op); bf16 has fp32's range. Part two: the
+# embedding LayerNorm (`model.embed_norm`) on the spiky fp32 run.
+
+# %%
+with_ln = losses_of(Trainer(SPIKY.replace(model={"embed_norm": True})).run())
+t_ln = first_spike(with_ln)
+print(f"embedding LayerNorm: first spike {t_ln}, worst loss from step 200 on "
+      f"{with_ln[200:].max():.3f} (without: {base[200:].max():.2f})")
+
+# %% tags=["nbval-check-output"]
+print("with the embedding LayerNorm: no 10x spike in", STEPS, "steps:", t_ln is None)
+
+# %% [markdown]
+# On this run the embedding LayerNorm removes the spike. One run, one seed: it is a
+# lead, as the chronicles' list is, not a proof.
+#
+# ## 5. OLMo 2: eight changes for stability
+#
+# Team OLMo 2024, *2 OLMo 2 Furious* (arXiv 2501.00656), section 3 "Pretraining
+# stability". Its earlier model, OLMo-0424, had frequent loss spikes and a slowly
+# growing gradient norm. The changes, each with its section; the **spike score** is the
+# percentage of values at least 7 standard deviations away from the rolling average of
+# the last 1,000:
+#
+# | change | section | measured in the paper |
+# |---|---|---|
+# | drop repeated n-grams (32+ repeats of a 1-13 token span), mask them in the loss | 3.1 | fewer gradient spikes, not none |
+# | init every parameter from N(0, 0.02) | 3.2 | grad-norm spike score 0.40 → 0.03 |
+# | RMSNorm instead of non-parametric LayerNorm | 3.3.1 | no difference |
+# | norm on each sub-layer's output (reordered) + QK-norm | 3.3.2 | neither alone; together 0.108 → 0.069 |
+# | z-loss | 3.3.3 | keeps output logits from growing |
+# | AdamW eps 1e-5 → 1e-8 | 3.4.1 | grad norm settles sooner, stays lower |
+# | no weight decay on embeddings | 3.4.2 | spike score 0.16 → 0.092 |
+#
+# Lab 11 sweeps QK-LayerNorm, z-loss, warmup and b2 over seven LRs; here, QK-norm on
+# the spiky run:
+
+# %%
+with_qk = losses_of(Trainer(SPIKY.replace(model={"qk_norm": True})).run())
+t_qk = first_spike(with_qk)
+print(f"QK-norm: first spike {t_qk}, worst loss from step 200 on {with_qk[200:].max():.3f}")
+
+# %% tags=["nbval-check-output"]
+print("with QK-norm: no 10x spike in", STEPS, "steps:", t_qk is None)
+
+# %% [markdown]
+# **Exercise · the spike score.** Write OLMo 2's measure: the percentage of the values
+# that lie more than `sigma` standard deviations from the mean of the `window` values
+# before them. Only values with a full window are judged.
+
+# %%
+def spike_score(values, window=1000, sigma=7.0):
+    """OLMo 2's spike score (section 3.2), in percent of the judged values."""
+    ### BEGIN SOLUTION
+    values = np.asarray(values, dtype=float)
+    flagged = 0
+    for i in range(window, len(values)):
+        past = values[i - window:i]
+        flagged += abs(values[i] - past.mean()) > sigma * past.std()
+    judged = len(values) - window
+    return 100.0 * flagged / judged if judged > 0 else 0.0
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+SCORE_CASES = [(([1.0] * 50 + [10.0] + [1.0] * 49, 20, 7.0), 1.25),
+               (([1.0, 2.0] * 50, 20, 7.0), 0.0),
+               (([1.0] * 30 + [5.0] + [1.0] * 29 + [9.0] + [1.0] * 9, 10, 3.0), 100 * 2 / 60)]
+
+
+def score_test(got):
+    for (args, want), value in zip(SCORE_CASES, got, strict=True):
+        if abs(value - want) > 1e-9:
+            return f"window {args[1]}, sigma {args[2]}: got {value}, expected {want}"
+    return None
+
+
+check("spike_score", lambda: [spike_score(*args) for args, _ in SCORE_CASES],
+      test=score_test,
+      hints=["A spike is judged against the recent past only: the mean and the spread of "
+             "the window of values just before it, not of the whole series.",
+             "Loop over the positions from window on; the past is the slice of the window "
+             "values before each one, and numpy gives its mean and standard deviation; "
+             "divide the count by the number of judged values (the length minus the "
+             "window), times 100.",
+             "`flagged += abs(values[i] - past.mean()) > sigma * past.std()`, then "
+             "`100.0 * flagged / (len(values) - window)`"])
+
+# %% [markdown]
+# With it, compare the runs of this lab (a window of 50 suits 280 steps):
+# `spike_score(base, 50)` against `spike_score(with_qk, 50)`.
+#
+# ## 6. Side by side
+#
+# | incident | the paper | the toy |
+# |---|---|---|
+# | PaLM 540B | ~20 spikes; same batches from an earlier checkpoint: no spike | earlier state: no spike; near state: spikes on any batches |
+# | PaLM's recipe | back ~100 steps, skip ~200-500 batches | skip alone: it came back; then the LR cut |
+# | OPT-175B | earlier checkpoint + lower LR; clip 1.0 → 0.3 | from 100 steps back, LR × 0.5, clip 1.0 or clip 0.3: no spike |
+# | BLOOM | 104B fp16 trials failed; 176B bf16 did not | fp16 inf where bf16 is finite; embedding LN removed the spike |
+# | OLMo 2 | eight changes; QK-norm + reordered norm lower the spike score | QK-norm removed the spike |
+#
+# What the toy cannot show: a run of months, data that really varies (PaLM's half of
+# the finding), hardware failures (OPT's restarts), or how often (one seed).
+#
+# ## 7. Practice
+# Answer, then press **Check**. **Hint** reveals one hint at a time.
+
+# %%
+from nanlab.course import practice
+
+practice("12-palm-replay")
+
+# %%
+practice("12-skip-came-back")
+
+# %% [markdown]
+# ## Summary
+# - A spike from one state and not from an earlier one, on the same batches, points at
+#   the state; PaLM also needed the data, the toy did not.
+# - Rolling back and skipping the data cures a data-and-state spike; when it comes
+#   back, lower the LR or tighten the clipping (OPT).
+# - Range (bf16), an embedding LayerNorm and QK-norm each removed a toy failure; the
+#   big runs changed several things at once, without ablations.
+#
+# Your progress:
+
+# %%
+from nanlab.course import show_progress
+
+show_progress();

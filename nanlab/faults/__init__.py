@@ -14,8 +14,7 @@
 'validate_data'
 """
 
-from nanlab.faults import grad_accum  # noqa: F401  (registers its faults and fixes)
-from nanlab.faults import hardware  # noqa: F401  (registers bit_flip and guard_rerun)
+from nanlab.faults import grad_accum, hardware  # noqa: F401  (they register their faults)
 from nanlab.faults.catalogue import FAULTS, SIGNATURES, SOP_STEPS, Fault, Param, get_fault, register
 from nanlab.faults.fixes import FIXES, Fix, batch_problems, get_fix
 from nanlab.faults.inject import Injection, inject

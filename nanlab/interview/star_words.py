@@ -238,6 +238,7 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "loop under fp16, and no per-micro-batch clipping (clip once, after unscale_)",
         "PyTorch stopped the run at once with its own assertion, 'No inf checks were "
         "recorded prior to update.': update() found no overflow check since the last one",
+    ),
     "hardware": _Words(
         "silent data corruption on the device (静默数据损坏, a transient hardware fault)",
         "one bit of one matmul output flipped once on the device: a high exponent bit made "

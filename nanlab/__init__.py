@@ -13,6 +13,8 @@ The library, the modules the labs import most at the top:
 - ``nanlab.train``       a model-agnostic trainer with callbacks, AMP, checkpoints, exact replay
 - ``nanlab.objective``   the loss, the LR schedule and the global grad norm a step uses
 - ``nanlab.resume``      how a trainer saves, restores and restarts (and what a restart forgets)
+- ``nanlab.accum``       gradient accumulation: micro-batches weighted by their targets, one
+  GradScaler step per optimizer step
 - ``nanlab.record``      the run record: per-step and per-layer statistics, JSON Lines, manifest
 - ``nanlab.checkpoint``  atomic checkpoints loadable with ``torch.load(weights_only=True)``
 - ``nanlab.atomic``      one atomic writer (temp file, fsync, rename) for every file nanlab writes
@@ -32,11 +34,11 @@ The library, the modules the labs import most at the top:
 - ``nanlab.cli_parse``   typed values for the command line: ``--config`` and ``--set``
 - ``nanlab.faults``      faults that fail by their real mechanism, their cures, the fault x fix
   matrix, mystery runs (``catalogue``, ``inject``, ``run``, ``fixes``, ``matrix``, ``mystery``,
-  ``hardware``, ``llm_data``)
+  ``hardware``, ``llm_data``, ``grad_accum``)
 - ``nanlab.debug``       finding the cause: ``locate`` replays the first bad step, ``diagnose``
   runs the SOP, probes and LR sensitivity, per-sample loss (``trace``, ``locate``,
   ``diagnose``, ``runs``, ``probes``, ``sensitivity``, ``attribution``, ``llm_data_checks``,
-  ``hardware_checks``, ``restart_checks``)
+  ``hardware_checks``, ``restart_checks``, ``grad_accum_checks``)
 - ``nanlab.guard``       stop / skip / recover around the optimizer step, the spike detector,
   one decision on every data-parallel rank, spike rules scored (``guard``, ``snapshots``,
   ``spikes``, ``agree``, ``detectors``, ``corpus``)

@@ -79,6 +79,16 @@ class TrainConfig:
     # optimizer still steps them, so Adam's step count advances while m = v = 0.
     freeze: str = ""
     freeze_until: int = 0
+    # Gradient accumulation: each step's batch is cut into this many micro-batches, each
+    # forward and backward on its own, one optimizer step on the summed gradients
+    # (nanlab.accum). 1 = one pass over the whole batch. ``accum_norm`` "tokens" weights
+    # each micro-batch's mean loss by its share of the step's unmasked targets;
+    # "mean_of_means" averages the means (a bug). ``scaler_update`` "step" unscales and
+    # updates the GradScaler once per optimizer step; "micro_batch" updates it after
+    # every micro-batch, "unscale_micro_batch" unscales and updates it there (bugs).
+    accum_steps: int = 1
+    accum_norm: str = "tokens"
+    scaler_update: str = "step"
     record_every: int = 10  # per-layer statistics every this many steps; 0 = never
     out_dir: str | None = None  # None keeps everything in memory
     progress: bool = True
@@ -96,7 +106,7 @@ class TrainConfig:
         check_range("seed", self.seed, 0, 2**63 - 1, integer=True)  # torch.manual_seed's range
         for name, low in (("steps", 1), ("warmup_steps", 0), ("batch_size", 2),
                           ("checkpoint_every", 0), ("record_every", 0), ("restart_at", 0),
-                          ("restart_warmup", 0), ("freeze_until", 0)):
+                          ("restart_warmup", 0), ("freeze_until", 0), ("accum_steps", 1)):
             check_range(name, getattr(self, name), low, integer=True)
         if self.decay_steps is not None:
             check_range("decay_steps", self.decay_steps, 1, integer=True)
@@ -106,7 +116,9 @@ class TrainConfig:
             check_range(name, getattr(self, name), 0.0, high)
         for name, allowed in (("precision", PRECISIONS), ("optimizer", ["adamw", "sgd"]),
                               ("schedule", ["cosine", "constant"]),
-                              ("loss_impl", ["torch", "naive"])):
+                              ("loss_impl", ["torch", "naive"]),
+                              ("accum_norm", ["tokens", "mean_of_means"]),
+                              ("scaler_update", ["step", "micro_batch", "unscale_micro_batch"])):
             check_choice(name, getattr(self, name), allowed)
         if not isinstance(self.freeze, str):
             raise NanlabError(f"freeze={self.freeze!r} is not allowed; give a part of a "

@@ -42,6 +42,7 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
+from nanlab.accum import accumulate
 from nanlab.batches import to_device
 from nanlab.checkpoint import CheckpointStore
 from nanlab.config import TrainConfig
@@ -354,10 +355,13 @@ class Trainer(Resumable):
         (3.5, True, 0)
         """
         batch = to_device(batch, self.device, self.input_dtype)
-        with self.autocast():
-            loss = (loss_fn or self.loss_fn)(self.model, batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        if self.config.accum_steps > 1:  # micro-batches into p.grad (nanlab.accum)
+            loss = accumulate(self, batch, loss_fn or self.loss_fn)
+        else:
+            with self.autocast():
+                loss = (loss_fn or self.loss_fn)(self.model, batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
         if self.scaler and not self._unscaled:
             self.scaler.unscale_(self.optimizer)  # grads in true units before norms/clipping
         elif self.scaler:

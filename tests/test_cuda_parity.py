@@ -55,7 +55,8 @@ CUDA_FP32_OPS = frozenset({
 })
 
 PRECISION_FAULTS = sorted(name for name in faults.FAULTS
-                          if faults.fault_config(name).precision in ("fp16", "fp16-pure"))
+                          if faults.fault_config(name).precision in ("fp16", "fp16-pure")
+                          and faults.get_fault(name).signature == "nonfinite")  # not a crash
 
 
 def _stop_at_first_nonfinite(trainer, info):

@@ -18,7 +18,8 @@ EXPECTED_DETAIL = {"no_warmup": "no_warmup", "lr_jump": "lr_jump",
                    "resume_reset_schedule": "resume_reset_schedule",
                    "adam_unfreeze_spike": "adam_unfreeze_spike",
                    "oov_token": "oov_token", "oov_token_masked": "oov_token_masked",
-                   "repeated_token_shard": "repeated_token_shard"}
+                   "repeated_token_shard": "repeated_token_shard",
+                   **{n: n for n, f in faults.FAULTS.items() if f.family == "grad_accum"}}
 
 
 @pytest.mark.parametrize("name", sorted(faults.FAULTS))

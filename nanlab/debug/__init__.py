@@ -5,6 +5,7 @@
 - ``diagnose``: the SOP automated, each step a controlled replay, the fix proven
 - ``runs``:     a saved run folder read back, ready to replay
 - ``probes``:   max attention logit, attention entropy, output log Z, update-to-weight ratio
+- ``grad_accum_checks``: the micro-batches and the GradScaler crash of an accumulating run
 - ``sensitivity``: LR sensitivity over an LR sweep (Wortsman et al. 2023), a table per run
 - ``attribution``: per-sample loss of a batch, ranked: which samples carry a spike
 - ``llm_data_checks``: diagnose's data step for token ids and junk sequences

@@ -46,6 +46,7 @@ import numpy as np
 import torch.nn as nn
 
 from nanlab import faults as faults_mod
+from nanlab.debug.grad_accum_checks import check_accumulation
 from nanlab.debug.hardware_checks import check_transient
 from nanlab.debug.llm_data_checks import check_llm_data
 from nanlab.debug.restart_checks import check_restarts, check_woken_layers
@@ -391,6 +392,12 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     if kind is not None:
         findings[-1] = Finding("data", "cause", text)
         cause, detail, fix = "llm_data", kind, cure_for("llm_data", kind)
+
+    if cause is None:  # the micro-batches of a gradient accumulation step, or its scaler
+        detail, text = check_accumulation(run, step)
+        if text is not None:
+            findings.append(Finding(faults_mod.get_fault(detail).reveals, "cause", text))
+            cause, fix = "grad_accum", cure_for("grad_accum", detail)
 
     # A restart just before the symptom (the run's own log): what the resume left fresh;
     # or layers whose gradients were exactly 0 and woke up just before a spike

@@ -6,6 +6,7 @@
 - ``fixes``:     the SOP's cures, each a config change or a callback
 - ``matrix``:    every fault against every fix, measured
 - ``mystery``:   runs whose fault is drawn from a seed and sealed, for learners to find
+- ``grad_accum``: gradient accumulation loops written wrongly, and their two fixes
 - ``hardware``:  silent data corruption: one bit flipped once, and the guard's rerun
 - ``llm_data``:  LLM data faults (an id past the vocabulary, a junk shard) and their filter
 
@@ -14,8 +15,9 @@
 'validate_data'
 """
 
-# registers bit_flip and guard_rerun; the LLM data faults and quality_filter
-from nanlab.faults import hardware, llm_data  # noqa: F401
+# they register their faults and fixes: bit_flip and guard_rerun; the LLM data faults and
+# quality_filter; the gradient-accumulation faults, token_weighted, scaler_update_per_step
+from nanlab.faults import grad_accum, hardware, llm_data  # noqa: F401
 from nanlab.faults.catalogue import FAULTS, SIGNATURES, SOP_STEPS, Fault, Param, get_fault, register
 from nanlab.faults.fixes import FIXES, Fix, batch_problems, get_fix
 from nanlab.faults.inject import Injection, inject

@@ -12,7 +12,7 @@ that reveals it, the cure and the failure signature. They live in a registry::
 
     >>> from nanlab import faults
     >>> sorted(faults.FAULTS)[:3]
-    ['adam_eps_fp16', 'adam_unfreeze_spike', 'all_masked']
+    ['accum_masked_micro_batch', 'accum_mean_of_means', 'adam_eps_fp16']
     >>> run = faults.run_fault("nan_input", steps=80)   # the built-in toy run  # doctest: +SKIP
     >>> run.record.first_nonfinite_step  # doctest: +SKIP
     40
@@ -162,7 +162,7 @@ def get_fault(name: str) -> Fault:
     >>> get_fault("nan")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    nanlab.errors.NanlabError: fault='nan' is not allowed; choose one of 'adam_eps_fp16', ...
+    nanlab.errors.NanlabError: fault='nan' is not allowed; choose one of 'accum_mas...
     """
     check_choice("fault", name, sorted(FAULTS))
     return FAULTS[name]

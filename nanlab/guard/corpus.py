@@ -183,8 +183,9 @@ def make_run(spec: RunSpec, steps: int = 200) -> Run:
         incident = None if spec.fault is None else _incident(spec, len(losses), None)
     else:
         incident = _incident(spec, len(losses), first_bad)
-    # a stall is not a spike; a fault meant to end in a NaN that did not here never fired
-    scored = fault is None or not (fault.signature == "stall" or (
+    # a stall is not a spike; a fault meant to end in a NaN that did not here never fired;
+    # a crash before the first loss left nothing for a detector to read
+    scored = fault is None or not (fault.signature == "stall" or not len(losses) or (
         fault.signature == "nonfinite" and first_bad is None and spec.skipped_nan_at is None))
     return Run(spec.label, spec.kind, losses, norms, incident, scored, first_bad)
 

@@ -232,6 +232,51 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "drops them; a smaller LR or clipping only makes the same bad batches hurt less",
         "run a repetition filter (Gopher's top n-gram fractions) before tokenising, log the "
         "per-sample loss of any spiking batch, and keep the shard id in every batch's record",
+    "grad_accum": _Words(
+        "a gradient accumulation loop that did not add up to the whole batch (梯度累积错误)",
+        "the loop cut each step's batch into micro-batches but combined them wrongly, so "
+        "the optimizer step was not the step of the whole batch",
+        "the fix makes the accumulated step equal to one pass over the whole batch; the "
+        "model, the data and the LR were never wrong",
+        "test that accum_steps = 4 gives the same gradient as one pass over the whole batch "
+        "(padded batches included), and log the unmasked-token count of every micro-batch",
+    ),
+    "accum_mean_of_means": _Words(
+        "gradient accumulation that averaged the micro-batches' mean losses (梯度累积归一化错误)",
+        "each micro-batch's loss was a mean over its own targets and the step averaged "
+        "those means, so a micro-batch with one unmasked target gave that token the weight "
+        "of a whole micro-batch; for 20 steps the updates fitted one token each and threw "
+        "the model off",
+        "weighting each micro-batch by its share of the step's unmasked targets (sum over "
+        "all tokens / their total count) makes the step the gradient of the whole batch, as "
+        "Hugging Face's Trainer fix of October 2024 (num_items_in_batch) does",
+        "normalise by the step's token count (num_items_in_batch), compare a run with "
+        "accumulation against one without on the same data, and watch the smallest "
+        "micro-batch token count",
+    ),
+    "accum_masked_micro_batch": _Words(
+        "a fully masked micro-batch inside gradient accumulation (微批次目标全被掩码)",
+        "one micro-batch had no unmasked target, its mean loss was 0 / 0 = NaN, and "
+        "averaging it with the other micro-batches made the whole step's loss NaN, while a "
+        "check of the step's whole batch passed it",
+        "token-count normalisation across the step lets a micro-batch without targets add "
+        "exactly 0, so the other micro-batches train as usual; reweighting the NaN mean by "
+        "its count of 0 would not help, since NaN * 0 is NaN",
+        "check every micro-batch, not only the batch, for at least one unmasked target, and "
+        "normalise by the step's token count",
+    ),
+    "scaler_update_micro_batch": _Words(
+        "GradScaler.update() inside the micro-batch loop (梯度缩放器更新位置错误)",
+        "the loop updated the GradScaler after every micro-batch instead of once per "
+        "optimizer step, so update() ran before anything had checked the gradients for "
+        "inf",
+        "moving unscale_, step and update after the last micro-batch keeps the gradients "
+        "scaled by one constant factor while they add up, as PyTorch's AMP examples "
+        "prescribe for gradient accumulation",
+        "one unscale_ / step / update per optimizer step, a unit test of the accumulation "
+        "loop under fp16, and no per-micro-batch clipping (clip once, after unscale_)",
+        "PyTorch stopped the run at once with its own assertion, 'No inf checks were "
+        "recorded prior to update.': update() found no overflow check since the last one",
     ),
     "hardware": _Words(
         "silent data corruption on the device (静默数据损坏, a transient hardware fault)",

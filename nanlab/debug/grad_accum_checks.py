@@ -1,0 +1,74 @@
+"""diagnose's check of a gradient accumulation step (the grad_accum family, SOP step 1).
+
+A run that accumulates (``TrainConfig.accum_steps > 1``) trains on micro-batches, so the
+data check must look at them, not only at the step's whole batch: a batch with targets
+can hold a micro-batch without any. Two kinds of evidence, both read from the run:
+
+- the micro-batches of the steps up to the symptom, rebuilt from the batch source: how
+  many unmasked targets each holds, against the loop's normalisation (a mean of means
+  lets a short micro-batch's tokens weigh more; an empty one is 0 / 0);
+- the crash: PyTorch's own GradScaler assertions name an update() or unscale_() in the
+  wrong place (torch/amp/grad_scaler.py).
+"""
+
+from __future__ import annotations
+
+from nanlab.accum import split_batch, target_count
+
+WINDOW = 30  # the steps before the symptom whose micro-batches are read
+SHORT = 0.1  # a micro-batch with under 10 % of the largest one's targets is short
+SCALER_ERRORS = ("No inf checks were recorded prior to update",
+                 "unscale_() has already been called on this optimizer since the last update")
+
+
+def micro_batch_counts(run, until: int) -> dict[int, list[int]]:
+    """The unmasked-target count of each micro-batch, for the steps of the last WINDOW
+    recorded steps up to ``until``: {step: [n_1, ..., n_k]}.
+
+    >>> from nanlab import faults
+    >>> run = faults.run_fault("accum_masked_micro_batch", at_step=3, steps=4)
+    >>> micro_batch_counts(run, 3)[3]
+    [0, 248, 248, 248]
+    """
+    k = run.trainer.config.accum_steps
+    rows = [r for r in run.record.steps if until - WINDOW <= r["step"] <= until]
+    return {r["step"]: [target_count(m) for m in split_batch(run.trainer.batches(r["batch"]), k)]
+            for r in rows}
+
+
+def check_accumulation(run, step: int | None):
+    """(the fault the evidence points to, the evidence in words), or (None, None) when the
+    run does not accumulate or nothing in its micro-batches or its crash explains it.
+
+    >>> from nanlab import faults
+    >>> run = faults.run_fault("accum_masked_micro_batch", at_step=3, steps=4)
+    >>> check_accumulation(run, 3)[0]
+    'accum_masked_micro_batch'
+    """
+    config = run.trainer.config
+    if config.accum_steps < 2:
+        return None, None
+    if run.error and any(text in run.error for text in SCALER_ERRORS):
+        return "scaler_update_micro_batch", (
+            f"the run accumulates {config.accum_steps} micro-batches per "
+            f"step and crashed in the GradScaler at step {run.error_step}: {run.error} "
+            "(update() or unscale_() inside the micro-batch loop)")
+    if config.accum_norm != "mean_of_means" or not run.record.steps:
+        return None, None
+    until = step if step is not None else run.record.steps[-1]["step"]
+    counts = micro_batch_counts(run, until)
+    empty = [s for s, c in counts.items() if min(c) == 0 and max(c) > 0]
+    if step in empty:
+        return "accum_masked_micro_batch", (
+            f"step {step}'s micro-batches hold {counts[step]} unmasked "
+            "targets: one holds none, its mean loss is 0 / 0, and the loop averages the "
+            "micro-batches' means")
+    short = [s for s, c in counts.items() if max(c) and min(c) < SHORT * max(c)]
+    if short:
+        c = counts[short[0]]
+        return "accum_mean_of_means", (
+            f"{len(short)} of the {len(counts)} steps up to step {until} "
+            f"have a micro-batch with under {SHORT:.0%} of the others' targets (step "
+            f"{short[0]}: {c}), and the loop averages the micro-batches' means: a target "
+            f"of the shortest weighs {max(c) / max(min(c), 1):.0f}x one of the longest")
+    return None, None

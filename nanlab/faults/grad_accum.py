@@ -1,0 +1,128 @@
+"""The grad_accum family: gradient accumulation written the way buggy loops write it.
+
+Each fault is a real accumulation loop (:mod:`nanlab.accum`): micro-batches, each with
+its own forward and backward, summed in ``p.grad``, one optimizer step. What goes wrong
+is the loop's own arithmetic: how the micro-batch losses are normalised, or when the
+GradScaler is updated. The cures are the two fixes at the end of this module.
+
+>>> from nanlab.faults import FAULTS, get_fault
+>>> get_fault("accum_masked_micro_batch").cure
+'token_weighted'
+>>> sorted(n for n, f in FAULTS.items() if f.family == "grad_accum")
+['accum_masked_micro_batch', 'accum_mean_of_means', 'scaler_update_micro_batch']
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nanlab.data import IGNORE_INDEX
+from nanlab.faults.catalogue import Fault, Param, register
+from nanlab.faults.fixes import FIXES, Fix, _only
+
+ACCUM = Param(4, 2, 64, help="micro-batches per optimizer step (the batch of 32 is cut "
+                             "into this many)")
+
+
+def _first_micro_batch_keeps(accum: int, keep: int):
+    """A label edit: the first micro-batch's rows keep only their last ``keep`` targets
+    (a micro-batch of prompts with one short answer); ``keep=0`` masks them all."""
+    def fn(y: torch.Tensor) -> torch.Tensor:
+        rows = y.tensor_split(accum)[0].shape[0]
+        kept = torch.zeros_like(y, dtype=torch.bool)
+        if keep:
+            kept[:rows].view(-1)[-keep:] = True  # the last targets of the micro-batch
+        y[:rows] = torch.where(kept[:rows], y[:rows], IGNORE_INDEX)
+        return y
+    return fn
+
+
+def _short_micro_batches(inj, p: dict) -> None:
+    for step in range(p["at_step"], p["at_step"] + p["length"]):
+        inj.edit_labels(step, _first_micro_batch_keeps(p["accum_steps"], p["keep"]))
+
+
+register(Fault(
+    name="accum_mean_of_means", family="grad_accum",
+    summary="gradient accumulation that averages the micro-batches' mean losses, meeting "
+            "micro-batches with very few unmasked targets",
+    mechanism="each micro-batch loss is a mean over its own unmasked targets and the step "
+              "divides each by the number of micro-batches, so a target's weight is "
+              "1 / (accum_steps * n_i): a micro-batch with 1 target gives that token the "
+              "weight of a whole micro-batch (here 248 tokens' worth). For 20 steps the "
+              "update mostly fits one token per step; Adam's normalised step moves every "
+              "weight as far as for a full batch, the model is pulled off its solution and "
+              "the loss climbs several times above where it was, then slowly comes back",
+    needs="gradient accumulation (4 micro-batches of 8 rows) whose micro-batch losses are "
+          "means (cross_entropy's default) averaged with / accum_steps, as Hugging Face "
+          "transformers' Trainer did until October 2024 (PR #34191), and micro-batches "
+          "whose target counts differ a lot (padding, masked prompts)",
+    reveals="data", cure="token_weighted", signature="spike",
+    params={"at_step": Param(140, 0, 100_000, help="the first step with a short "
+                                                    "micro-batch"),
+            "length": Param(20, 1, 100_000, help="how many steps in a row have one"),
+            "keep": Param(1, 1, 10_000, help="unmasked targets left in that micro-batch"),
+            "accum_steps": ACCUM},
+    conditions=lambda p: {"accum_steps": p["accum_steps"], "accum_norm": "mean_of_means"},
+    install=_short_micro_batches,
+))
+
+register(Fault(
+    name="accum_masked_micro_batch", family="grad_accum",
+    summary="gradient accumulation meeting one micro-batch whose targets are all masked",
+    mechanism="that micro-batch's mean loss is a sum over no target divided by a count of "
+              "0: 0 / 0 = NaN, and averaging it with the other micro-batches' means makes "
+              "the step's loss NaN although they were fine. Its gradient depends on how "
+              "the mean is written: F.cross_entropy(ignore_index=-100) sends back exactly "
+              "0 for ignored targets (measured), so the weights stay finite and only the "
+              "loss, every NaN check and every log that reads it, is poisoned; a hand-written "
+              "sum(loss * mask) / mask.sum() sends 0 / 0 = NaN into every gradient. The "
+              "batch as a whole still has targets, so a check of the step's batch passes it",
+    needs="gradient accumulation whose micro-batch losses are means averaged with "
+          "/ accum_steps (weighting each mean by its count, mean * n_i / N, is no better: "
+          "NaN * 0 = NaN), and a micro-batch of padding or prompts only",
+    reveals="data", cure="token_weighted", signature="nonfinite",
+    params={"at_step": Param(40, 0, 100_000, help="the step whose first micro-batch is "
+                                                   "all masked"),
+            "accum_steps": ACCUM},
+    conditions=lambda p: {"accum_steps": p["accum_steps"], "accum_norm": "mean_of_means"},
+    install=lambda inj, p: inj.edit_labels(p["at_step"],
+                                           _first_micro_batch_keeps(p["accum_steps"], 0)),
+))
+
+register(Fault(
+    name="scaler_update_micro_batch", family="grad_accum",
+    summary="GradScaler.update() called after every micro-batch instead of once per "
+            "optimizer step (fp16 AMP with gradient accumulation)",
+    mechanism="update() consumes the overflow checks that unscale_() or step() recorded "
+              "since the last update and starts afresh. Called after a micro-batch that "
+              "nothing unscaled, it finds none and PyTorch stops the run at step 0 with "
+              "'No inf checks were recorded prior to update.' (torch/amp/grad_scaler.py). "
+              "The variant that calls unscale_() first (to clip or log per micro-batch; a "
+              "second unscale_ without update raises 'unscale_() has already been called "
+              "on this optimizer since the last update()') runs silently: each backward "
+              "adds scaled gradients onto unscaled ones and step() unscales them all again, "
+              "so the step's gradient is the last micro-batch's divided by the scale "
+              "(65536) and the earlier ones are lost (see the README for its numbers)",
+    needs="fp16 autocast with a GradScaler and gradient accumulation whose loop calls "
+          "scaler.update() inside the micro-batch loop",
+    reveals="amp", cure="scaler_update_per_step", signature="error",
+    params={"accum_steps": ACCUM,
+            "per_micro_batch": Param("update", choices=("update", "unscale_update"),
+                                     help="what the loop calls after each micro-batch")},
+    conditions=lambda p: {"precision": "fp16", "accum_steps": p["accum_steps"],
+                          "scaler_update": {"update": "micro_batch",
+                                            "unscale_update": "unscale_micro_batch"}[
+                                                p["per_micro_batch"]]},
+))
+
+FIXES["token_weighted"] = Fix(
+    "token_weighted", "gradient accumulation normalised by tokens: each micro-batch's mean "
+    "loss weighted by its share of the step's unmasked targets (a micro-batch without any "
+    "adds nothing)",
+    lambda c: _only(c.accum_steps > 1 and c.accum_norm != "tokens", {"accum_norm": "tokens"}),
+    sop_step="data")
+FIXES["scaler_update_per_step"] = Fix(
+    "scaler_update_per_step", "GradScaler unscale_, step and update once per optimizer "
+    "step, after the last micro-batch",
+    lambda c: _only(c.scaler_update != "step", {"scaler_update": "step"}), sop_step="amp")

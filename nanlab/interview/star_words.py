@@ -232,6 +232,7 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "drops them; a smaller LR or clipping only makes the same bad batches hurt less",
         "run a repetition filter (Gopher's top n-gram fractions) before tokenising, log the "
         "per-sample loss of any spiking batch, and keep the shard id in every batch's record",
+    ),
     "grad_accum": _Words(
         "a gradient accumulation loop that did not add up to the whole batch (梯度累积错误)",
         "the loop cut each step's batch into micro-batches but combined them wrongly, so "

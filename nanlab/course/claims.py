@@ -60,7 +60,8 @@ FOUND = {
     "C2": "A 10x LR for one step spikes the loss one step later and it recovers within "
           "20-80 steps; AdamW at 0.1 stalls finite far above the clean loss, its grad norm "
           "below the clean run's; at LR 0.02 no warmup never learns with beta2 0.95 or "
-          "0.99, and 20 warmup steps cure it with either: warmup is the knob, not beta2.",
+          "0.99, and 20 warmup steps cure it with either, on seeds 0-2: warmup is the knob, "
+          "not beta2.",
     "C3": "One NaN feature at step 40: NaN loss at 40, every weight NaN after its update; a "
           "zero std gives 0 / 0; an illegal label crashes loudly (IndexError) on one "
           "device (Megatron-LM's vocab-parallel loss would mask it silently).",

@@ -462,8 +462,9 @@ print("same peak LR:", cold.trainer.config.lr == warm.trainer.config.lr)
 cold_losses = cold.record.losses()
 print("no warmup: the loss rises above its start within 5 steps:",
       bool(cold_losses[1:6].max() > cold_losses[0]))
-print("no warmup, final loss above 1.0:", bool(final_loss(cold_losses) > 1.0))
-print("with warmup, final loss below 0.2:", bool(final_loss(warm.record.losses()) < 0.2))
+print("seed 0, no warmup: final loss above 1.0:", bool(final_loss(cold_losses) > 1.0))
+print("seed 0, with warmup: final loss below 0.2:",
+      bool(final_loss(warm.record.losses()) < 0.2))
 
 # %%
 fig = plot_compare({"no warmup (LR 0.02 from step 0)": cold.record,
@@ -472,39 +473,48 @@ fig = plot_compare({"no warmup (LR 0.02 from step 0)": cold.record,
 
 # %% [markdown]
 # Without warmup the first full-size updates throw the fresh weights far off, and the
-# model settles in a poor region (low gradient norm) that it leaves very slowly at
-# this LR. (LR ÷ 10 also cures `no_warmup`, more slowly:
+# model settles in a poor region (low gradient norm) it leaves very slowly. (LR ÷ 10 also cures `no_warmup`, more slowly:
 # `nanlab matrix --faults no_warmup`.)
 #
-# `no_warmup` changed two knobs of the baseline: the warmup, and β2 (0.99 instead of
-# `TrainConfig`'s 0.95). Which one matters? The 2 x 2 at the same peak LR:
+# `no_warmup` changed two knobs: the warmup, and β2 (0.99, not `TrainConfig`'s 0.95).
+# Which one matters? The 2 x 2 at the same peak LR, on seeds 0, 1 and 2:
 
 # %%
-warmup_grid = {}
-for run in (cold, warm):
-    warmup_grid[run.trainer.config.beta2, run.trainer.config.warmup_steps] = run.record.losses()
-for warmup in (0, 20):  # the two missing cells: nanlab's own beta2
-    run = run_fault(None, lr=cold.trainer.config.lr, warmup_steps=warmup,
-                    beta2=TrainConfig().beta2)
-    warmup_grid[TrainConfig().beta2, warmup] = run.record.losses()
-print("beta2  warmup   peak loss   final loss")
-for (b2, warmup), losses in sorted(warmup_grid.items()):
-    print(f"{b2:5}  {warmup:6}   {losses.max():9.3f}   {final_loss(losses):10.3f}")
+def warmup_grid(seed):
+    """Final losses at LR 0.02: beta2 in {0.95, 0.99} x warmup steps in {0, 20}."""
+    if seed == 0:
+        runs = [cold, warm]
+    else:
+        runs = [run_fault("no_warmup", seed=seed),
+                run_fault("no_warmup", seed=seed, fixes=["warmup_cosine"])]
+    for warmup in (0, 20):  # the two missing cells: nanlab's own beta2
+        runs.append(run_fault(None, seed=seed, lr=cold.trainer.config.lr,
+                              warmup_steps=warmup, beta2=TrainConfig().beta2))
+    return {(run.trainer.config.beta2, run.trainer.config.warmup_steps):
+            final_loss(run.record.losses()) for run in runs}
+
+
+seeds = (0, 1, 2)
+warmup_ends = {seed: warmup_grid(seed) for seed in seeds}
+print("beta2  warmup   final loss, seeds " + ", ".join(map(str, seeds)))
+for b2, warmup in sorted(warmup_ends[0]):
+    ends = "  ".join(f"{warmup_ends[seed][b2, warmup]:6.3f}" for seed in seeds)
+    print(f"{b2:5}  {warmup:6}   {ends}")
 
 # %% tags=["nbval-check-output"]
-warmup_ends = {key: final_loss(losses) for key, losses in warmup_grid.items()}
-betas2 = sorted({b2 for b2, _ in warmup_ends})
-print("no warmup: final loss above 1.0 with either beta2:",
-      all(warmup_ends[b2, 0] > 1.0 for b2 in betas2))
-print("20 warmup steps: final loss below 0.2 with either beta2:",
-      all(warmup_ends[b2, 20] < 0.2 for b2 in betas2))
-print("changing beta2 moves the final loss less than changing the warmup:",
-      max(abs(warmup_ends[betas2[0], w] - warmup_ends[betas2[1], w]) for w in (0, 20))
-      < min(abs(warmup_ends[b2, 0] - warmup_ends[b2, 20]) for b2 in betas2))
+betas2 = sorted({b2 for b2, _ in warmup_ends[0]})
+print("no warmup: final loss above 1.0 with either beta2, on every seed:",
+      all(ends[b2, 0] > 1.0 for ends in warmup_ends.values() for b2 in betas2))
+print("20 warmup steps: final loss below 0.2 with either beta2, on every seed:",
+      all(ends[b2, 20] < 0.2 for ends in warmup_ends.values() for b2 in betas2))
+print("changing beta2 moves the final loss less than changing the warmup, on every seed:",
+      all(max(abs(ends[betas2[0], w] - ends[betas2[1], w]) for w in (0, 20))
+          < min(abs(ends[b2, 0] - ends[b2, 20]) for b2 in betas2)
+          for ends in warmup_ends.values()))
 
 # %% [markdown]
-# Warmup decides this run. At step 0 the bias correction makes Adam's step about the
-# LR whatever β2 (the measurement above); β2 matters when a gradient jumps after a
+# Warmup decides, on every seed. At step 0 the bias correction makes Adam's step about
+# the LR whatever β2 (the measurement above); β2 matters when a gradient jumps after a
 # quiet stretch (the bound above, and section 4's outlier).
 #
 # ## 4. Gradient clipping: what it cures, what it does not

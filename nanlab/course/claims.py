@@ -68,7 +68,7 @@ FOUND = {
     "C4": "Dead ReLU and sigmoid chains stall (loss stays near 3.5) and make no NaN "
           "(untested: SwiGLU or squared ReLU, which can amplify outliers); "
           "positions past 65504 become inf in pure fp16 (NaN at step 0); in pure bf16 "
-          "positions 70000-70031 all round to 70144: no NaN, no position either.",
+          "positions from 70000 on all round to 70144: no NaN, no position either.",
     "C5": "fp16_overflow (a hand-written loss on the fp16 logits, autocast off for it, with "
           "a GradScaler): at step 87 a sum of exponentials passes 65504 and the loss is "
           "inf, NaN follows in backward; the same run in fp32 or bf16 trains normally; "
@@ -88,12 +88,12 @@ FOUND = {
           "the first NaN.",
     "M1": "Guard('recover') with NaN batches at steps 30 and 60: roll back, skip the batch, "
           "and the final loss equals the clean run's.",
-    "M2": "diagnose names the cause and proves the fix by replay on all 17 built-in faults "
-          "and on two foreign models (bench/bench_diagnose.py: 17 of 17).",
+    "M2": "diagnose names the cause and proves the fix by replay on the built-in faults "
+          "and on two foreign models (bench/bench_diagnose.py counts them).",
     "M3": "Per-step and per-layer rows cost +0.73 % step time at record_every=10; "
           "TensorBoard export of the same record.",
     "M4": "locate replays from the nearest checkpoint bit for bit and names the first "
-          "module, pass, op and tensor (0.26-0.53 s).",
+          "module, pass, op and tensor.",
     "M5": "validate_data cures all four dirty-data faults; LR / 10, AMP off and clipping "
           "cure none of them.",
     "M6": "Clipping at 1.0 tames one outlier gradient: SGD's 100x update is cut below 2x; "
@@ -157,7 +157,7 @@ FOUND = {
           "x290) and not from the state 100 steps earlier (x1.2), as in PaLM, yet the near "
           "state spikes on unseen batches too: here the state alone suffices. "
           "Guard('recover') skips data three times, the spike keeps coming back, the LR "
-          "cut ends it; from 115 steps back, LR x 0.5 or clipping at 1.0 or 0.3 each "
+          "cut ends it; from the earlier state, LR x 0.5 or clipping at 1.0 or 0.3 each "
           "remove it (OPT); "
           "fp16 at LR 0.2 turns non-finite where bf16 stays finite; the embedding "
           "LayerNorm (BLOOM) and QK-norm (OLMo 2) each remove the spike (one seed).",

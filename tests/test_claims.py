@@ -89,7 +89,8 @@ def test_every_number_in_a_finding_is_read_in_its_labs(claim):
     """A claim's "found" line quotes its labs' runs: each number in it appears, to the
     precision quoted, in the executed notebooks it points to (text or output). A number
     pasted once and left behind when the lab's run changed fails here."""
-    text = "\n".join(_lab_text(lab) for lab in sorted({lab for lab, _ in claim.where}))
+    labs = sorted({lab for lab, _ in claim.where})
+    text = "\n".join(_lab_text(lab) for lab in labs)
     seen = [float(n) for n in NUMBER.findall(text)]
     stale = [n for n in NUMBER.findall(claim.found) if not _agrees(n, seen)]
-    assert not stale, f"{claim.id}: {stale} appear in no output of {sorted({w[0] for w in claim.where})}"
+    assert not stale, f"{claim.id}: {stale} appear in no output of {labs}"

@@ -23,7 +23,7 @@ from typing import Any
 
 from nanlab.course.quiz import QuizError
 
-MODULES = tuple(f"lab{n:02d}" for n in range(14))
+MODULES = tuple(f"lab{n:02d}" for n in range(15))
 """One module per lab, in course order."""
 
 

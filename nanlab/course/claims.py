@@ -168,6 +168,23 @@ FOUND = {
           "a gradient mask for 100 steps moves 0.98 lr at b2 = 0.999 (the formula: 0.98), "
           "0.45 lr at 0.95; the loss 6.5x against 2.2x. diagnose names all three and "
           "proves the cure; the guard passes over a state whose exp_avg_sq is inf.",
+    "W8": "A token id equal to num_embeddings crashes plain PyTorch (IndexError at step "
+          "40); masked as Megatron-LM's vocab-parallel layers mask it, the same ids give no "
+          "error and a finite spike (5.1x at step 151). A shard of repeated-token junk "
+          "spikes 6.3x; per-sample loss puts 90% of batch 150's loss on its 8 junk "
+          "sequences of 32. diagnose names both and proves validate_data and "
+          "quality_filter; validate_data alone leaves the junk spike (6.3x).",
+    "W9": "Averaging the micro-batches' mean losses gives the one target of a 1-target "
+          "micro-batch 186x its share (1/(k n_i) against 1/N): the loss spikes 6.5x, the "
+          "token-weighted loss stays at 0.9x. An all-masked micro-batch makes the loss NaN "
+          "at step 40 (0 / 0), which validate_data does not prevent; scaler.update() per "
+          "micro-batch stops at step 0 with PyTorch's assertion. diagnose names the "
+          "all-masked micro-batch and proves token_weighted.",
+    "W10": "Flipping fp32's highest exponent bit (bit 30) turns 0.5 into 1.7e38 and 1.0 "
+           "into inf; flipped in one matmul output at step 40 it makes the loss NaN. The "
+           "replay from the checkpoint reproduces the steps before bit for bit and step 40 "
+           "clean: diagnose calls it transient (hardware, bit_flip), and guard_rerun gives "
+           "the clean run's losses bit for bit; validate_data does not cure it.",
 }
 
 
@@ -179,7 +196,8 @@ L00, L01, L02, L03, L04 = "00_start_here", "01_numbers", "02_dirty_data", "03_le
     "04_mixed_precision"
 L05, L06, L07, L08, L09, L10 = "05_init_depth", "06_norms_softmax", "07_sop_mystery", \
     "08_guard_recovery", "09_data_parallel", "10_interview"
-L11, L12, L13 = "11_lr_sensitivity", "12_incidents", "13_optimizer_state"
+L11, L12, L13, L14 = "11_lr_sensitivity", "12_incidents", "13_optimizer_state", \
+    "14_large_run_faults"
 
 CLAIMS: tuple[Claim, ...] = (
     _c("C1", "Gradient explosion ends in NaN",
@@ -385,6 +403,24 @@ CLAIMS: tuple[Claim, ...] = (
        (L13, "## 5. `diagnose` names the cause and proves the cure"),
        (L13, "## 6. Never roll back to a poisoned optimizer state"),
        (L13, "## 7. Exercise: a resume that is bit-exact")),
+    _c("W8", "Bad tokens: an id past the vocabulary, a junk shard",
+       "A token id outside the embedding and a shard of repeated-token garbage: faults in "
+       "the token stream that the article does not cover; no float check sees them.",
+       "extended",
+       (L14, "## 1. A token id past the vocabulary: loud, then silent"),
+       (L14, "## 2. A junk shard, found by per-sample loss")),
+    _c("W9", "Gradient accumulation must weigh every target by 1/N",
+       "Averaging micro-batch means, an all-masked micro-batch and GradScaler.update() per "
+       "micro-batch: accumulation bugs the article does not cover.",
+       "extended",
+       (L14, "## 3. Gradient accumulation: the mean of means"),
+       (L14, "## 4. An all-masked micro-batch, and a scaler updated too often"),
+       (L14, "## 6. Exercise: token-weighted accumulation")),
+    _c("W10", "Silent data corruption: one flipped bit, told apart by a rerun",
+       "A device that returns one wrong number once: a NaN whose cause is neither the data, "
+       "the LR nor the precision; the article does not cover it.",
+       "extended",
+       (L14, "## 5. One flipped bit")),
 )
 
 

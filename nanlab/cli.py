@@ -552,7 +552,7 @@ def cmd_detectors(args) -> int:
 
     Example::
 
-        nanlab detectors            # 31 runs, a few minutes on 2 cores
+        nanlab detectors            # 41 runs, a few minutes on 2 cores
         nanlab detectors --quick --json
     """
     from nanlab.guard.corpus import detector_table

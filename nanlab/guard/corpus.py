@@ -195,7 +195,7 @@ STEPS = {"quick": 120, "full": 200}
 
 def make_corpus(size: str = "full", progress: Callable[[str], None] | None = None
                 ) -> list[Run]:
-    """Every run of the ``size`` corpus ("quick": 5 runs of 120 steps; "full": 31 runs of
+    """Every run of the ``size`` corpus ("quick": 5 runs of 120 steps; "full": 41 runs of
     200 steps: every built-in fault among them), each made once.
 
     >>> runs = make_corpus("quick")  # doctest: +SKIP

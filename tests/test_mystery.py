@@ -8,13 +8,25 @@ import pytest
 from nanlab.cli import main
 from nanlab.debug.diagnose import diagnose, load_run
 from nanlab.errors import NanlabError
-from nanlab.faults import mystery, run_fault
+from nanlab.faults import fault_config, mystery, run_fault
 
 
 def test_draw_is_a_pure_function_of_the_seed_and_covers_the_pool():
     assert mystery.draw(5) == mystery.draw(5)
     assert {mystery.draw(s) for s in range(200)} == set(mystery.POOL)
     assert not set(mystery.SLOW) & set(mystery.POOL)
+
+
+def test_no_mystery_fault_is_named_by_its_config():
+    """The manifest shows the config: a fault whose config field spells out the bug
+    (a resume that skips the optimizer, a mean-of-means accumulation) is not drawn."""
+    for name in ("resume_fresh_optimizer", "accum_mean_of_means", "scaler_update_micro_batch",
+                 "adam_unfreeze_spike"):
+        assert name not in mystery.POOL
+    for name in mystery.POOL:
+        config = fault_config(name).to_dict()
+        assert not config.get("resume_skips") and config.get("accum_norm", "tokens") != \
+            "mean_of_means" and not config.get("freeze"), name
 
 
 def test_bad_seed_pool_and_token_are_clear_errors():

@@ -42,7 +42,19 @@ SLOW = ("deep_explosion", "sigmoid_chain")  # minutes on a CPU: not for a quick 
 # A one-off device fault cannot be replayed from a folder: the rebuilt run is a new
 # process whose simulated device flips the bit again (nanlab.faults.hardware).
 ONE_OFF = ("bit_flip",)
-POOL: tuple[str, ...] = tuple(name for name in FAULTS if name not in SLOW + ONE_OFF)
+# A run config field that spells out the bug itself (``resume_skips=("optimizer",)``,
+# ``accum_norm="mean_of_means"``): the manifest keeps the config in the clear, so a
+# mystery of such a fault would name it. Those faults stay out of the pool.
+NAMES_THE_BUG = ("resume_skips", "accum_norm", "scaler_update", "freeze")
+
+
+def _config_names_the_bug(name: str) -> bool:
+    fault = FAULTS[name]
+    return bool(set(fault.conditions(fault.resolve())) & set(NAMES_THE_BUG))
+
+
+POOL: tuple[str, ...] = tuple(name for name in FAULTS if name not in SLOW + ONE_OFF
+                              and not _config_names_the_bug(name))
 SEAL_PREFIX = "sealed:v1:"
 MAX_ATTEMPTS = 3
 """Graded answers a learner gets per mystery folder; each is recorded in ``answers.jsonl``."""

@@ -6,6 +6,7 @@ asserts nothing.
 
     .venv/bin/python bench/bench_cures.py               # spike and LR faults (~2 min x 5)
     .venv/bin/python bench/bench_cures.py --all         # every fault (~4x as long)
+    .venv/bin/python bench/bench_cures.py --faults bit_flip oov_token   # these only
     .venv/bin/python bench/bench_cures.py --workers 2
 """
 
@@ -21,9 +22,11 @@ from nanlab.faults.matrix import fault_fix_matrix, spike_and_lr_faults
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", action="store_true", help="every fault, not only spike / LR")
+    parser.add_argument("--faults", nargs="+", choices=sorted(FAULTS), metavar="FAULT",
+                        help="these faults only")
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    faults = list(FAULTS) if args.all else spike_and_lr_faults()
+    faults = args.faults or (list(FAULTS) if args.all else spike_and_lr_faults())
     start = time.perf_counter()
     m = fault_fix_matrix(faults=faults, fixes=list(ADAPTIVE_CURES), workers=args.workers,
                          progress=False)

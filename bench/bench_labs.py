@@ -7,6 +7,7 @@ course at most 10 minutes, on 2 CPU cores. ``--threads`` sets OMP_NUM_THREADS fo
 kernels (default: leave torch's own choice, as a learner's JupyterLab does).
 
 Run:  .venv/bin/python bench/bench_labs.py  [--only 03_learning_rate ...]  [--threads 1]
+      [--cells 5]
 The last line is JSON, to quote. Asserts nothing.
 """
 
@@ -19,6 +20,7 @@ import platform
 import shutil
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -30,20 +32,31 @@ LAB_LIMIT_S = 90
 COURSE_LIMIT_S = 600
 
 
-def run_notebook(path: Path, workdir: Path) -> float:
-    """Seconds to start a kernel and run every cell of ``path`` in ``workdir``."""
+def run_notebook(path: Path, workdir: Path) -> tuple[float, list[tuple[float, int]]]:
+    """Seconds to start a kernel and run every cell of ``path`` in ``workdir``,
+    and (seconds, cell index) for each code cell, read from nbclient's timing record."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=900, kernel_name="python3",
+    client = NotebookClient(nb, timeout=900, kernel_name="python3", record_timing=True,
                             resources={"metadata": {"path": str(workdir)}})
     start = time.perf_counter()
     client.execute()
-    return time.perf_counter() - start
+    total = time.perf_counter() - start
+    cells = []
+    for index, cell in enumerate(nb.cells):
+        stamps = cell.get("metadata", {}).get("execution", {})
+        if "shell.execute_reply" in stamps and "iopub.execute_input" in stamps:
+            seconds = (datetime.fromisoformat(stamps["shell.execute_reply"].rstrip("Z"))
+                       - datetime.fromisoformat(stamps["iopub.execute_input"].rstrip("Z")))
+            cells.append((seconds.total_seconds(), index))
+    return total, sorted(cells, reverse=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", help="notebook names without .ipynb")
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the kernels")
+    parser.add_argument("--cells", type=int, default=0, metavar="N",
+                        help="also print each lab's N slowest cells (index from 0)")
     args = parser.parse_args()
     paths = sorted((ROOT / "solutions").glob("*.ipynb"))
     if args.only:
@@ -59,13 +72,16 @@ def main() -> None:
             work = scratch / path.stem
             work.mkdir()
             try:
-                times[path.stem] = round(run_notebook(path, work), 1)
+                seconds, cells = run_notebook(path, work)
+                times[path.stem] = round(seconds, 1)
             except CellExecutionError as err:  # report it and go on with the other labs
                 failed[path.stem] = str(err).strip().splitlines()[-1][:200]
                 print(f"{path.stem:24} FAILED: {failed[path.stem]}", flush=True)
                 continue
             flag = "" if times[path.stem] <= LAB_LIMIT_S else f"  (over {LAB_LIMIT_S} s)"
             print(f"{path.stem:24} {times[path.stem]:6.1f} s{flag}", flush=True)
+            for cell_seconds, index in cells[:args.cells]:
+                print(f"{'':26}cell {index:3d}  {cell_seconds:6.1f} s", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     total = round(sum(times.values()), 1)

@@ -48,6 +48,7 @@ from nanlab.checkpoint import CheckpointStore
 from nanlab.config import TrainConfig
 from nanlab.data import CountingTask
 from nanlab.errors import NanlabError, check_choice, check_range, error_line
+from nanlab.half_matmul import half_matmul
 from nanlab.model import GPT
 from nanlab.objective import global_grad_norm, lm_loss, lr_factor
 from nanlab.record import RunRecord, environment_info
@@ -355,13 +356,14 @@ class Trainer(Resumable):
         (3.5, True, 0)
         """
         batch = to_device(batch, self.device, self.input_dtype)
-        if self.config.accum_steps > 1:  # micro-batches into p.grad (nanlab.accum)
-            loss = accumulate(self, batch, loss_fn or self.loss_fn)
-        else:
-            with self.autocast():
-                loss = (loss_fn or self.loss_fn)(self.model, batch)
-            self.optimizer.zero_grad(set_to_none=True)
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
+        with half_matmul(self.device, self.config.precision):  # fp16 GEMMs as a GPU does
+            if self.config.accum_steps > 1:  # micro-batches into p.grad (nanlab.accum)
+                loss = accumulate(self, batch, loss_fn or self.loss_fn)
+            else:
+                with self.autocast():
+                    loss = (loss_fn or self.loss_fn)(self.model, batch)
+                self.optimizer.zero_grad(set_to_none=True)
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
         if self.scaler and not self._unscaled:
             self.scaler.unscale_(self.optimizer)  # grads in true units before norms/clipping
         elif self.scaler:

@@ -117,6 +117,13 @@ for name, out in ops.items():
 # TF32 the fp32 runs below would be a little less exact, but nothing in them would
 # overflow sooner: the range is fp32's.
 #
+# A CPU without fp16 matrix hardware runs PyTorch's fp16 matmul kernel many times slower
+# than its fp32 one (`bench/bench_half_matmul.py` measures it). So on a CPU nanlab's
+# Trainer computes each fp16 matmul in fp32 and rounds the result to fp16 once, which is
+# what PyTorch's fp16 GEMM does on a GPU (fp32 accumulation; `nanlab/half_matmul.py`
+# cites the source): the same fp16 output, the same overflow past 65504, in a fraction
+# of the time. Every other op below runs in fp16 exactly as autocast leaves it.
+#
 # ## 2. One run, four precisions
 # The fault `fp16_overflow` is exactly that mistake: a softmax cross-entropy
 # written by hand, `-log(exp(l_y) / Σ exp(l))`, without subtracting the max, as

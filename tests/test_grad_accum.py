@@ -15,6 +15,7 @@ from nanlab import faults
 from nanlab.config import TrainConfig
 from nanlab.data import IGNORE_INDEX
 from nanlab.debug.diagnose import diagnose
+from nanlab.debug.grad_accum_checks import audit_gradient
 from nanlab.errors import NanlabError
 from nanlab.faults.matrix import run_cell
 from nanlab.judge import judge
@@ -203,3 +204,21 @@ def test_unscale_per_micro_batch_mixes_scaled_and_unscaled_gradients():
     assert bad.finite and good.finite
     ratio = good.grad_norm_value / bad.grad_norm_value
     assert 1e4 < ratio < 1e6, ratio  # about the scale, 65536, times 4 micro-batches
+
+
+def test_the_silent_scaler_variant_is_found_by_the_gradient_audit():
+    """Its curve learns (healthy by its own start), so only the audit can see it: the
+    loop recorded a gradient about 1/scale of the loss's; the fix is proven by replay."""
+    run = faults.run_fault("scaler_update_micro_batch", per_micro_batch="unscale_update")
+    assert judge(run).healthy  # what a loss-curve check alone concludes
+    d = diagnose(run)
+    assert (d.symptom, d.cause, d.detail, d.fix, d.fix_verified) == (
+        "silent", "grad_accum", "scaler_update_micro_batch", "scaler_update_per_step",
+        True), d.report()
+    assert "unscaled twice" in d.findings[0].text
+
+
+def test_the_gradient_audit_passes_a_correct_accumulating_fp16_loop():
+    run = faults.run_fault(None, accum_steps=4, precision="fp16", steps=30)
+    build = lambda c: faults.build_fault_trainer(None, c, {})  # noqa: E731
+    assert audit_gradient(run, build) == (None, None)

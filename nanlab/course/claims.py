@@ -60,8 +60,8 @@ FOUND = {
     "C2": "A 10x LR for one step spikes the loss one step later and it recovers within "
           "20-80 steps; AdamW at 0.1 stalls finite far above the clean loss, its grad norm "
           "below the clean run's; at LR 0.02 no warmup never learns with beta2 0.95 or "
-          "0.99, and 20 warmup steps cure it with either, on seeds 0-2: warmup is the knob, "
-          "not beta2.",
+          "0.99, and 20 warmup steps cure it with either, on seeds 0 and 1: warmup is the "
+          "knob, not beta2.",
     "C3": "One NaN feature at step 40: NaN loss at 40, every weight NaN after its update; a "
           "zero std gives 0 / 0; an illegal label crashes loudly (IndexError) on one "
           "device (Megatron-LM's vocab-parallel loss would mask it silently).",
@@ -302,7 +302,8 @@ CLAIMS: tuple[Claim, ...] = (
        "Snapshot the bad state, reload the last good checkpoint, lower the LR, go on.",
        "extended",
        (L08, "## 4. Skip: drop the bad update"),
-       (L08, "## 5. Recover: roll back, skip the data, cut the LR")),
+       (L08, "## 5. Recover: roll back, skip the data, cut the LR"),
+       (L08, "### When to act on a spike: skip, recover, or leave it alone")),
     _c("M11", "Pretrained beats random init; optimizer choice",
        "Pretrained weights are more stable than a random init; AdamW vs SGD vs NAdam.",
        "corrected",
@@ -375,7 +376,6 @@ CLAIMS: tuple[Claim, ...] = (
        "Skipping batches around a spike, z-loss, QK-norm, a z-score spike detector, "
        "Adam's eps underflowing in pure fp16, LR-sensitivity sweeps on small proxies.",
        "extended",
-       (L03, "## 5. The spike detector, and when to leave a spike alone"),
        (L04, "## 5. Adam's eps in pure fp16"),
        (L06, "## 5. Three fixes, measured: stable softmax, QK-LayerNorm, z-loss"),
        (L08, "## 8. Acting before the NaN: a loss-spike detector"),

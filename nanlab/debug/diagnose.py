@@ -46,7 +46,7 @@ import numpy as np
 import torch.nn as nn
 
 from nanlab import faults as faults_mod
-from nanlab.debug.grad_accum_checks import check_accumulation
+from nanlab.debug.grad_accum_checks import audit_gradient, check_accumulation
 from nanlab.debug.hardware_checks import check_transient
 from nanlab.debug.llm_data_checks import check_llm_data
 from nanlab.debug.restart_checks import check_restarts, check_woken_layers
@@ -99,7 +99,7 @@ class Diagnosis:
     ['NaN in the features of step 40']
     """
 
-    symptom: str  # nonfinite | error | spike | diverge | stall | healthy
+    symptom: str  # nonfinite | error | spike | diverge | stall | silent | healthy
     symptom_step: int | None
     cause: str | None  # a fault family (see nanlab.faults), or None
     detail: str | None  # the specific kind, e.g. "softmax_overflow", when it can be told
@@ -355,9 +355,19 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     """
     run, build = _resolve(source, build)
     symptom, step = symptom_of(run)
-    if symptom == "healthy":
-        return Diagnosis("healthy", None, None, None, None, False, "nothing to fix",
-                         [Finding("data", "skipped", "the run is healthy")])
+    if symptom == "healthy":  # a curve that learns; the loop's gradient may still be wrong
+        detail, text = audit_gradient(run, build)
+        if text is None:
+            return Diagnosis("healthy", None, None, None, None, False, "nothing to fix",
+                             [Finding("data", "skipped", "the run is healthy")])
+        if detail is None:
+            return Diagnosis("silent", None, None, None, None, False, "no fix known",
+                             [Finding("grad_norms", "hint", text)])
+        fix = cure_for("grad_accum", detail)
+        fixed = _Replayer(build, run.trainer.config, run.trainer.config.steps)(fix)
+        verified, proof = health(fixed, run) if fixed is not None else (False, "no replay")
+        return Diagnosis("silent", None, "grad_accum", detail, fix, verified, proof,
+                         [Finding(faults_mod.get_fault(detail).reveals, "cause", text)])
     # A replay runs at least MIN_REPLAY_STEPS steps, so that "is it learning?" has an
     # answer even for a short run; it stops 30 steps after the original failure.
     config = run.trainer.config
@@ -395,6 +405,11 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
 
     if cause is None:  # the micro-batches of a gradient accumulation step, or its scaler
         detail, text = check_accumulation(run, step)
+        if text is None:  # the loop's gradient against the loss's, one plain replay
+            detail, text = audit_gradient(run, build)
+            if detail is None and text is not None:
+                findings.append(Finding("grad_norms", "hint", text))
+                text = None
         if text is not None:
             findings.append(Finding(faults_mod.get_fault(detail).reveals, "cause", text))
             cause, fix = "grad_accum", cure_for("grad_accum", detail)

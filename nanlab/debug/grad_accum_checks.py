@@ -9,14 +9,23 @@ can hold a micro-batch without any. Two kinds of evidence, both read from the ru
   lets a short micro-batch's tokens weigh more; an empty one is 0 / 0);
 - the crash: PyTorch's own GradScaler assertions name an update() or unscale_() in the
   wrong place (torch/amp/grad_scaler.py).
+
+A loop can also be wrong without a crash or a bad curve: :func:`audit_gradient` checks
+that the gradient the loop recorded is the gradient of its loss, by one plain replay.
 """
 
 from __future__ import annotations
 
+import math
+
 from nanlab.accum import split_batch, target_count
+from nanlab.batches import to_device
+from nanlab.objective import global_grad_norm
 
 WINDOW = 30  # the steps before the symptom whose micro-batches are read
 SHORT = 0.1  # a micro-batch with under 10 % of the largest one's targets is short
+AGREE = 2.0  # rounding moves a gradient's norm by far less; any loop bug by more
+SCALE_LEFT = 100.0  # a norm 100x too small under a GradScaler: the scale is still in it
 SCALER_ERRORS = ("No inf checks were recorded prior to update",
                  "unscale_() has already been called on this optimizer since the last update")
 
@@ -72,3 +81,50 @@ def check_accumulation(run, step: int | None):
             f"{short[0]}: {c}), and the loop averages the micro-batches' means: a target "
             f"of the shortest weighs {max(c) / max(min(c), 1):.0f}x one of the longest")
     return None, None
+
+
+def audit_gradient(run, build) -> tuple[str | None, str | None]:
+    """Is the gradient the loop recorded the gradient of the loss it trains on?
+
+    Only a loop that accumulates or scales has arithmetic of its own between the loss
+    and ``p.grad``. From the run's first checkpoint, a fresh trainer (``build``) takes
+    that step's whole batch once: fp32, no scaler, one backward, frozen weights left
+    out as the loop leaves them out. Its global norm must match the recorded one within
+    a factor AGREE. Returns (the fault it points to or None, the evidence) when they
+    disagree, (None, None) when they agree or nothing can be replayed.
+
+    >>> from nanlab import faults
+    >>> ok = faults.run_fault(None, accum_steps=4, steps=3)
+    >>> audit_gradient(ok, lambda c: faults.build_fault_trainer(None, c, {}))
+    (None, None)
+    """
+    trainer, config = run.trainer, run.trainer.config
+    if config.accum_steps < 2 and trainer.scaler is None:
+        return None, None  # one backward of the loss: nothing of the loop's own to audit
+    rows = {r["step"]: r for r in run.record.steps}
+    start = next((s for s in trainer.checkpoints.steps()
+                  if math.isfinite(rows.get(s, {}).get("grad_norm", math.nan))), None)
+    if start is None:
+        return None, None
+    fresh = build(config.replace(out_dir=None, progress=False))
+    fresh.load_state_dict(trainer.checkpoints.load(start))
+    batch = to_device(fresh.batches(rows[start]["batch"]), fresh.device)
+    fresh.optimizer.zero_grad(set_to_none=True)
+    fresh.loss_fn(fresh.model, batch).float().backward()
+    frozen = {id(p) for p in getattr(fresh, "_frozen", ())} if start < config.freeze_until \
+        else set()
+    reference = global_grad_norm([p for p in fresh.params if id(p) not in frozen]).item()
+    recorded = rows[start]["grad_norm"]
+    if not reference or 1 / AGREE <= recorded / reference <= AGREE:
+        return None, None
+    text = (f"step {start} replayed from its checkpoint in one plain pass (fp32, no scaler, "
+            f"the whole batch): grad norm {reference:.3g}; the loop recorded "
+            f"{recorded:.3g}, {recorded / reference:.2g}x the loss's gradient")
+    scale = trainer.scaler.get_scale() if trainer.scaler else None
+    if scale and recorded * SCALE_LEFT < reference:
+        return "scaler_update_micro_batch", (
+            f"{text}: the GradScaler's scale (now {scale:g}) is still divided into it, "
+            f"unscaled twice: unscale_() and update() inside the loop over the "
+            f"{config.accum_steps} micro-batches, each backward adding scaled gradients "
+            "onto unscaled ones")
+    return None, text

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from nanlab.batches import named_tensors
+from nanlab.half_matmul import applies, matmul_in_fp32
 from nanlab.train import StepInfo, Trainer
 
 PASSES = ("data", "forward", "loss", "backward", "optimizer")
@@ -261,12 +262,16 @@ class _Tracer(TorchDispatchMode):
     # -- every aten op (the dispatch mode) -----------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if applies(func, args):  # the Trainer's rule for fp16 on a CPU: the run's numbers
+            run = lambda *a, **k: matmul_in_fp32(func, a, k)  # noqa: E731
+        else:
+            run = func
         if (not self.ops or self.phase not in PASSES or self._checking
                 or getattr(func, "is_view", False)):
-            return func(*args, **kwargs)
+            return run(*args, **kwargs)
         # what the inputs already held, read before the op runs (in-place ops overwrite)
         before = _kinds(_float_leaves((args, kwargs)))
-        out = func(*args, **kwargs)
+        out = run(*args, **kwargs)
         self._check_op(func, out, before)
         return out
 

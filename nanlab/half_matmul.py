@@ -1,0 +1,68 @@
+"""fp16 matrix products on a CPU, computed the way a GPU computes them, and fast.
+
+Most CPUs have no fp16 matrix unit (no AVX512-FP16 or AMX-FP16): PyTorch's CPU kernel for
+an fp16 matmul then runs 20-80x slower than the fp32 one (``bench/bench_half_matmul.py``),
+and fp16 steps would take most of a lab's minute. On a GPU, PyTorch's fp16 GEMM takes
+fp16 inputs, accumulates in fp32 and writes fp16 (cublasGemmEx with compute type
+CUDA_R_32F in aten/src/ATen/cuda/CUDABlas.cpp, pytorch/pytorch issue #123157; only
+split-K partial sums may be reduced in less, the ``allow_fp16_reduced_precision_reduction``
+flag of "CUDA semantics"), and so does the CPU's own slow kernel. So does this: the fp16
+inputs widen to fp32 exactly, one fp32 product, one rounding to fp16. A result past
+65504 is inf, as in the native kernel; every other op (exp, softmax, the loss, the
+GradScaler) runs in fp16 untouched.
+
+The Trainer turns it on for its forward and backward passes when it trains in fp16 on a
+CPU; ``nanlab.debug``'s op tracer applies the same rule, so a replay under the tracer
+gives the run's numbers bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+aten = torch.ops.aten
+MATMULS = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default,
+                     aten.baddbmm.default})
+
+
+def applies(func, args) -> bool:
+    """Is this an fp16 matmul on the CPU (the slow kernel)?"""
+    if func not in MATMULS:
+        return False
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return bool(tensors) and all(t.dtype == torch.float16 and t.device.type == "cpu"
+                                 for t in tensors)
+
+
+def matmul_in_fp32(func, args, kwargs):
+    """``func`` on the fp16 ``args`` widened to fp32, the result rounded to fp16 once.
+
+    >>> a = torch.full((1, 2), 200.0, dtype=torch.float16)
+    >>> matmul_in_fp32(aten.mm.default, (a, a.T), {})  # 80000 > 65504: inf, as in fp16
+    tensor([[inf]], dtype=torch.float16)
+    """
+    wide = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+    return func(*wide, **kwargs).to(torch.float16)
+
+
+class HalfMatmulInFp32(TorchDispatchMode):
+    """Routes fp16 CPU matmuls through :func:`matmul_in_fp32`; every other op as is."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if applies(func, args):
+            return matmul_in_fp32(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+def half_matmul(device: torch.device, precision: str):
+    """The context a training step runs in: :class:`HalfMatmulInFp32` for fp16 on a CPU,
+    unless another dispatch mode is already active (nanlab's tracer, which applies the
+    same rule itself, or one of the user's); otherwise nothing."""
+    if device.type != "cpu" or precision not in ("fp16", "fp16-pure") \
+            or _get_current_dispatch_mode() is not None:
+        return contextlib.nullcontext()
+    return HalfMatmulInFp32()

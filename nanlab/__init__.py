@@ -15,6 +15,8 @@ The library, the modules the labs import most at the top:
 - ``nanlab.resume``      how a trainer saves, restores and restarts (and what a restart forgets)
 - ``nanlab.accum``       gradient accumulation: micro-batches weighted by their targets, one
   GradScaler step per optimizer step
+- ``nanlab.half_matmul`` fp16 matmuls on a CPU computed as a GPU computes them (fp32
+  accumulation, one rounding to fp16), many times faster than the CPU's fp16 kernel
 - ``nanlab.record``      the run record: per-step and per-layer statistics, JSON Lines, manifest
 - ``nanlab.checkpoint``  atomic checkpoints loadable with ``torch.load(weights_only=True)``
 - ``nanlab.atomic``      one atomic writer (temp file, fsync, rename) for every file nanlab writes

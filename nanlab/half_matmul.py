@@ -29,7 +29,12 @@ MATMULS = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default,
 
 
 def applies(func, args) -> bool:
-    """Is this an fp16 matmul on the CPU (the slow kernel)?"""
+    """Is this an fp16 matmul on the CPU (the slow kernel)?
+
+    >>> h = torch.ones(2, 2, dtype=torch.float16)
+    >>> applies(aten.mm.default, (h, h)), applies(aten.mm.default, (h.float(), h.float()))
+    (True, False)
+    """
     if func not in MATMULS:
         return False
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -49,7 +54,14 @@ def matmul_in_fp32(func, args, kwargs):
 
 
 class HalfMatmulInFp32(TorchDispatchMode):
-    """Routes fp16 CPU matmuls through :func:`matmul_in_fp32`; every other op as is."""
+    """Routes fp16 CPU matmuls through :func:`matmul_in_fp32`; every other op as is.
+
+    >>> x = torch.full((1, 2), 200.0, dtype=torch.float16)
+    >>> with HalfMatmulInFp32():
+    ...     y = x @ x.T
+    >>> y  # 80000: past fp16's 65504
+    tensor([[inf]], dtype=torch.float16)
+    """
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -61,7 +73,13 @@ class HalfMatmulInFp32(TorchDispatchMode):
 def half_matmul(device: torch.device, precision: str):
     """The context a training step runs in: :class:`HalfMatmulInFp32` for fp16 on a CPU,
     unless another dispatch mode is already active (nanlab's tracer, which applies the
-    same rule itself, or one of the user's); otherwise nothing."""
+    same rule itself, or one of the user's); otherwise nothing.
+
+    >>> type(half_matmul(torch.device("cpu"), "fp16")).__name__
+    'HalfMatmulInFp32'
+    >>> type(half_matmul(torch.device("cpu"), "bf16")).__name__
+    'nullcontext'
+    """
     if device.type != "cpu" or precision not in ("fp16", "fp16-pure") \
             or _get_current_dispatch_mode() is not None:
         return contextlib.nullcontext()

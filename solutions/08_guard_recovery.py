@@ -669,94 +669,9 @@ print("unguarded NaN run:", detect(losses))
 # A falling loss (3.5 to 0.02) never fires it; lr_jump fires at step 41, one after the
 # glitch, then accepts the new level; the NaN came without warning, so a detector
 # complements the non-finite check, not replaces it.
-#
-# ### When to act on a spike: skip, recover, or leave it alone
-# `Guard(mode, spike="skip" | "recover" | "stop")` acts on what this detector flags
-# (nanlab's `SpikeDetector`: the rule you just wrote, 20 losses, 6 sigma, 1.5x;
-# OLMo-core skips a step at 6 sigma over 128 steps; Megatron-LM flags a loss 10x the
-# early maximum). On Lab 03's `lr_jump` (200 steps, the LR 10x for the one step 100),
-# should it **skip** the spiking step's update, or **recover**: roll back to the last
-# checkpoint before it, skip the batches around it, and cut the LR if the failure
-# returns (PaLM's recipe, plus the article's LR ÷ 10)?
-
-# %%
-jump = run_fault("lr_jump")  # left alone: the spike at step 101 heals by itself
-jump_losses = jump.record.losses()
-first = find_spikes(jump_losses)[0]
-skip_guard = Guard("skip", spike="skip")
-skipped = run_fault("lr_jump", callbacks=skip_guard.callbacks())
-recover_guard = Guard("recover", spike="recover")
-recovered = run_fault("lr_jump", callbacks=recover_guard.callbacks())
-for name, guard in (("skip", skip_guard), ("recover", recover_guard)):
-    print(f"{name}: {guard.summary()}")
-    for e in guard.events:
-        if e["kind"] in ("guard", "rollback", "lr_cut"):
-            detail = {k: e[k] for k in ("to_step", "factor") if k in e}
-            print(f"   step {e['step']}: {e['kind']} {detail or ''} "
-                  f"{e.get('reason', '')[:60]}")
-
-# %% [markdown]
-# One seed is one sample. The same three runs with seeds 1 and 2 (another init and
-# data order, the same glitch at step 100):
-
-# %%
-def final_losses(seed):
-    """Final loss of lr_jump left alone, with a skip guard and with a recover guard."""
-    ends = {"leave it alone": final_loss(run_fault("lr_jump", seed=seed).record.losses())}
-    for mode in ("skip", "recover"):
-        guard = Guard(mode, spike=mode)
-        run = run_fault("lr_jump", seed=seed, callbacks=guard.callbacks())
-        ends[mode] = final_loss(run.record.losses())
-    return ends
-
-
-by_seed = {0: {"leave it alone": final_loss(jump_losses),
-               "skip": final_loss(skipped.record.losses()),
-               "recover": final_loss(recovered.record.losses())}}
-by_seed |= {seed: final_losses(seed) for seed in (1, 2)}
-ends_by_mode = {name: np.array([ends[name] for ends in by_seed.values()])
-                for name in by_seed[0]}
-for name, values in ends_by_mode.items():
-    print(f"{name:15} final loss: mean {values.mean():.3f}, min {values.min():.3f}, "
-          f"max {values.max():.3f}  (seeds {', '.join(map(str, by_seed))})")
-
-# %% tags=["nbval-check-output"]
-alone = ends_by_mode["leave it alone"]
-fired = [e["step"] for e in skip_guard.events if e["kind"] == "guard"]
-print("seed 0: the detector fired once, at the first spike step:", fired == [first])
-print("seed 0: recover's failure came back after the first rollback:",
-      recover_guard.counts["rollback"] >= 2)
-print("skip: final loss within 20 % of leaving it alone at every seed:",
-      bool((abs(ends_by_mode["skip"] - alone) < 0.2 * alone).all()))
-print("recover: final loss above leaving it alone at every seed:",
-      bool((ends_by_mode["recover"] > alone).all()))
-
-# %%
-fig = plot_compare({"leave it alone": jump.record, "Guard: skip the spike": skipped.record,
-                    "Guard: recover (roll back)": recovered.record}, grad_norm=False)
-
-# %% [markdown]
-# Grey dashed: what the guard rolled back; shaded: where it went back to.
-
-# %%
-fig = plot_loss(recovered.record, title="lr_jump with Guard('recover', spike='recover')")
-
-# %% [markdown]
-# Why did neither beat leaving the spike alone?
-#
-# - **Skip comes one step late**: the spike at step 101 *results* from update 100
-#   (Lab 03, section 1a); dropping update 101 discards a good one.
-# - **Rollback replays the glitch**: the LR depends on the step number, so the
-#   replayed step 100 gets the same 10x LR and spikes again (skipping batches cannot
-#   help: the data was never the cause). The guard goes back one more checkpoint and
-#   cuts the LR to a tenth; the run then learns slowly.
-#
-# A spike the model recovers from alone is often best **left alone**: log and alert on
-# it, find its cause (here the scheduler), and act only if the loss stays up or spikes
-# repeat. PaLM 540B, with about 20 spikes, restarted about 100 steps before each and
-# skipped 200 to 500 batches; replayed from an earlier state, the same batches did not
-# spike, so data and model state *together* caused them. Rollback plus data skipping
-# is for such spikes, and for NaN (then only a checkpoint is left).
+# `Guard(mode, spike="skip" | "recover" | "stop")` acts on spikes, but acting on one the
+# model recovers from alone can do more harm than good (Lab 12): alert, and act only on
+# spikes that stay up.
 #
 # ### Detectors compared, and a threshold priced
 # Every framework ships a spike rule (section 9); none says how often it is wrong.
@@ -865,8 +780,6 @@ practice("08-interview-recovery")
 # - A NaN is silent and poisons every weight at once; a spike heals.
 # - Stop-loss before the update; prove a recovery at the same step as a clean run, not
 #   by a 0.1 threshold (V4), and bit for bit (V1).
-# - A spike the model heals from alone is best left alone: on `lr_jump`, skipping matched
-#   doing nothing and rolling back did worse, on three seeds (M10).
 # - Big systems automate skip and loss scaling, not rollback (M13).
 #
 # Your progress:

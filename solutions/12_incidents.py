@@ -38,8 +38,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.faults import run_fault
 from nanlab.guard import Guard
+from nanlab.signals import final_loss, find_spikes
 from nanlab.train import TrainConfig, Trainer, stop_early
+from nanlab.viz import plot_compare, plot_loss
 
 start_lab("12_incidents")
 STEPS = 280
@@ -173,6 +176,83 @@ print("worst loss after the spike step below 0.1:", recovered[t:].max() < 0.1)
 # as section 1 predicted, and only the LR cut ends it. On PaLM, skipping was enough:
 # "the loss did not spike again at the same point".
 #
+# ### When the recipe hurts: a spike the model heals from
+# PaLM's recipe suits a spike that data and state make together. Lab 03's `lr_jump` is
+# another kind: the LR is 10x for the one step 100 of 200, and the loss heals alone.
+# Should a guard **skip** the spiking update, or **recover**: roll back, skip the nearby
+# batches, cut the LR if the failure returns?
+
+# %%
+jump = run_fault("lr_jump")  # left alone: the spike at step 101 heals by itself
+jump_losses = jump.record.losses()
+first = find_spikes(jump_losses)[0]
+skip_guard = Guard("skip", spike="skip")
+skipped = run_fault("lr_jump", callbacks=skip_guard.callbacks())
+recover_guard = Guard("recover", spike="recover")
+rolled_back = run_fault("lr_jump", callbacks=recover_guard.callbacks())
+for name, g in (("skip", skip_guard), ("recover", recover_guard)):
+    print(f"{name}: {g.summary()}")
+    for e in g.events:
+        if e["kind"] in ("guard", "rollback", "lr_cut"):
+            detail = {k: e[k] for k in ("to_step", "factor") if k in e}
+            print(f"   step {e['step']}: {e['kind']} {detail or ''} "
+                  f"{e.get('reason', '')[:60]}")
+
+# %%
+def final_losses(seed):  # one seed is one sample: seeds 1 and 2, the same glitch
+    """Final loss of lr_jump left alone, with a skip guard and with a recover guard."""
+    ends = {"leave it alone": final_loss(run_fault("lr_jump", seed=seed).record.losses())}
+    for mode in ("skip", "recover"):
+        guard = Guard(mode, spike=mode)
+        run = run_fault("lr_jump", seed=seed, callbacks=guard.callbacks())
+        ends[mode] = final_loss(run.record.losses())
+    return ends
+
+
+by_seed = {0: {"leave it alone": final_loss(jump_losses),
+               "skip": final_loss(skipped.record.losses()),
+               "recover": final_loss(rolled_back.record.losses())}}
+by_seed |= {seed: final_losses(seed) for seed in (1, 2)}
+ends_by_mode = {name: np.array([ends[name] for ends in by_seed.values()])
+                for name in by_seed[0]}
+for name, values in ends_by_mode.items():
+    print(f"{name:15} final loss: mean {values.mean():.3f}, min {values.min():.3f}, "
+          f"max {values.max():.3f}  (seeds {', '.join(map(str, by_seed))})")
+
+# %% tags=["nbval-check-output"]
+alone = ends_by_mode["leave it alone"]
+fired = [e["step"] for e in skip_guard.events if e["kind"] == "guard"]
+print("seed 0: the detector fired once, at the first spike step:", fired == [first])
+print("seed 0: recover's failure came back after the first rollback:",
+      recover_guard.counts["rollback"] >= 2)
+print("skip: final loss within 20 % of leaving it alone at every seed:",
+      bool((abs(ends_by_mode["skip"] - alone) < 0.2 * alone).all()))
+print("recover: final loss above leaving it alone at every seed:",
+      bool((ends_by_mode["recover"] > alone).all()))
+
+# %%
+fig = plot_compare({"leave it alone": jump.record, "Guard: skip the spike": skipped.record,
+                    "Guard: recover (roll back)": rolled_back.record}, grad_norm=False)
+
+# %%
+fig = plot_loss(rolled_back.record,  # grey dashed: rolled back; shaded: where it went back to
+                title="lr_jump with Guard('recover', spike='recover')")
+
+# %% [markdown]
+# Why did neither beat leaving it alone?
+#
+# - **Skip is one step late**: the spike at step 101 comes from update 100 (Lab 03,
+#   section 1a); dropping update 101 throws a good one away.
+# - **Rollback replays the glitch**: the LR is a function of the step, so the replayed
+#   step 100 spikes again (skipping batches cannot help). The guard goes back further
+#   and cuts the LR; the run then learns slowly.
+#
+# A spike the model heals from alone is best **left alone**: alert, find its cause (here
+# the scheduler), act only if the loss stays up or spikes repeat. Rollback and skipped
+# batches are for spikes that data and state make together (sections 1 and 2), and for
+# NaN.
+
+# %% [markdown]
 # ## 3. OPT-175B: an earlier checkpoint, a lower LR, tighter clipping
 #
 # Zhang et al. 2022, *OPT*, section 2.5 "Training Processes": "When the loss diverged,
@@ -376,7 +456,9 @@ practice("12-skip-came-back")
 # - A spike from one state and not from an earlier one, on the same batches, points at
 #   the state; PaLM also needed the data, the toy did not.
 # - Rolling back and skipping the data cures a data-and-state spike; when it comes
-#   back, lower the LR or tighten the clipping (OPT).
+#   back, lower the LR or tighten the clipping (OPT). A spike the model heals from
+#   alone (a one-step LR glitch) is better left alone: skipping matched doing nothing,
+#   rolling back did worse, on three seeds.
 # - Range (bf16), an embedding LayerNorm and QK-norm each removed a toy failure; the
 #   big runs changed several things at once, without ablations.
 #

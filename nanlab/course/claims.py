@@ -303,7 +303,7 @@ CLAIMS: tuple[Claim, ...] = (
        "extended",
        (L08, "## 4. Skip: drop the bad update"),
        (L08, "## 5. Recover: roll back, skip the data, cut the LR"),
-       (L08, "### When to act on a spike: skip, recover, or leave it alone")),
+       (L12, "### When the recipe hurts: a spike the model heals from")),
     _c("M11", "Pretrained beats random init; optimizer choice",
        "Pretrained weights are more stable than a random init; AdamW vs SGD vs NAdam.",
        "corrected",

@@ -5,7 +5,8 @@
 - ``diagnose``: the SOP automated, each step a controlled replay, the fix proven
 - ``runs``:     a saved run folder read back, ready to replay
 - ``probes``:   max attention logit, attention entropy, output log Z, update-to-weight ratio
-- ``grad_accum_checks``: the micro-batches and the GradScaler crash of an accumulating run
+- ``grad_accum_checks``: the micro-batches and the GradScaler crash of an accumulating run,
+  and the audit of the gradient a loop records against one plain replay of its loss
 - ``sensitivity``: LR sensitivity over an LR sweep (Wortsman et al. 2023), a table per run
 - ``attribution``: per-sample loss of a batch, ranked: which samples carry a spike
 - ``llm_data_checks``: diagnose's data step for token ids and junk sequences

@@ -24,6 +24,11 @@ before it had learned anything, an LR cut that merely learns proves little (a sm
 LR also slows an explosion), so the later steps still run, and a cause whose fix learns
 further wins.
 
+A curve that looks healthy can still hide a loop that computes the wrong gradient. For
+a run that accumulates or uses a GradScaler, the recorded grad norm at the first
+checkpoint is compared with one plain replay of the loss (fp32, the whole batch); a
+disagreement is the symptom ``silent`` (:func:`nanlab.debug.grad_accum_checks.audit_gradient`).
+
 The fault's name in a run's manifest is used only to rebuild the same run (the same
 data, the same model); the decision never reads it. A run made by your own code is
 diagnosed the same way if you pass ``build(config) -> Trainer``, a function that

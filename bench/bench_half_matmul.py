@@ -56,8 +56,8 @@ def main() -> None:
           for dtype in (torch.float32, torch.bfloat16, torch.float16)}
     ah, bh = a.half(), b.half()
     ms["float16 widened"] = round(per_call_ms(
-        lambda: matmul_in_fp32(torch.ops.aten.mm.default, (ah, bh), {})), 3)
-    gap = (matmul_in_fp32(torch.ops.aten.mm.default, (ah, bh), {}).float()
+        lambda: matmul_in_fp32(torch.ops.aten.mm.default, ah, bh)), 3)
+    gap = (matmul_in_fp32(torch.ops.aten.mm.default, ah, bh).float()
            - (ah @ bh).float()).abs().max().item()
     for name, value in ms.items():
         print(f"{name:16} {value:8.3f} ms per product (casts included)")

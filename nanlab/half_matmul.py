@@ -42,19 +42,32 @@ def applies(func, args) -> bool:
                                  for t in tensors)
 
 
-def matmul_in_fp32(func, args, kwargs):
+def matmul_in_fp32(func, *args, **kwargs):
     """``func`` on the fp16 ``args`` widened to fp32, the result rounded to fp16 once.
 
     >>> a = torch.full((1, 2), 200.0, dtype=torch.float16)
-    >>> matmul_in_fp32(aten.mm.default, (a, a.T), {})  # 80000 > 65504: inf, as in fp16
+    >>> matmul_in_fp32(aten.mm.default, a, a.T)  # 80000 > 65504: inf, as in fp16
     tensor([[inf]], dtype=torch.float16)
     """
     wide = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
     return func(*wide, **kwargs).to(torch.float16)
 
 
+def run_op(func, *args, **kwargs):
+    """Run one aten op under the rule: an fp16 CPU matmul widened, any other op as is.
+    The Trainer's mode and ``nanlab.debug``'s tracer both call this, so they agree.
+
+    >>> h = torch.full((1, 2), 200.0, dtype=torch.float16)
+    >>> run_op(aten.mm.default, h, h.T), run_op(aten.add.Tensor, h, h)
+    (tensor([[inf]], dtype=torch.float16), tensor([[400., 400.]], dtype=torch.float16))
+    """
+    if applies(func, args):
+        return matmul_in_fp32(func, *args, **kwargs)
+    return func(*args, **kwargs)
+
+
 class HalfMatmulInFp32(TorchDispatchMode):
-    """Routes fp16 CPU matmuls through :func:`matmul_in_fp32`; every other op as is.
+    """Runs every op through :func:`run_op`: fp16 CPU matmuls widened, the rest as is.
 
     >>> x = torch.full((1, 2), 200.0, dtype=torch.float16)
     >>> with HalfMatmulInFp32():
@@ -64,10 +77,7 @@ class HalfMatmulInFp32(TorchDispatchMode):
     """
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if applies(func, args):
-            return matmul_in_fp32(func, args, kwargs)
-        return func(*args, **kwargs)
+        return run_op(func, *args, **(kwargs or {}))
 
 
 def half_matmul(device: torch.device, precision: str):

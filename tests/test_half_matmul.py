@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import nanlab.half_matmul as half_matmul_module
 from nanlab.half_matmul import HalfMatmulInFp32, applies, half_matmul, matmul_in_fp32
 from nanlab.train import TrainConfig, Trainer
 
@@ -30,7 +31,7 @@ CASES = {
 def test_the_widened_product_is_the_fp16_kernels_within_one_rounding(name):
     func, make = CASES[name]
     args = make()
-    native, widened = func(*args), matmul_in_fp32(func, args, {})
+    native, widened = func(*args), matmul_in_fp32(func, *args)
     assert widened.dtype == torch.float16 and widened.shape == native.shape
     exact = func(*[a.double() for a in args])
     # both are the exact product rounded to fp16 once (fp32 accumulation): within 1 ulp
@@ -41,18 +42,23 @@ def test_the_widened_product_is_the_fp16_kernels_within_one_rounding(name):
 
 def test_a_product_past_65504_is_inf_as_in_fp16():
     a = torch.full((2, 4), 200.0, dtype=torch.float16)  # 4 * 200 * 200 = 160000
-    assert torch.isinf(matmul_in_fp32(aten.mm.default, (a, a.T), {})).all()
+    assert torch.isinf(matmul_in_fp32(aten.mm.default, a, a.T)).all()
     assert torch.isinf(a @ a.T).all()
 
 
-def test_only_fp16_cpu_matmuls_are_rerouted():
+def test_only_fp16_cpu_matmuls_are_rerouted(monkeypatch):
     h, f = torch.ones(2, 2, dtype=torch.float16), torch.ones(2, 2)
     assert applies(aten.mm.default, (h, h))
     assert not applies(aten.mm.default, (f, f))
     assert not applies(aten.mm.default, (h.bfloat16(), h.bfloat16()))
     assert not applies(aten.exp.default, (h,))  # exp, softmax, the loss: fp16 as they are
-    with HalfMatmulInFp32():
-        assert torch.exp(torch.tensor([12.0], dtype=torch.float16)).isinf().all()
+    widened = []
+    real = half_matmul_module.matmul_in_fp32
+    monkeypatch.setattr(half_matmul_module, "matmul_in_fp32",
+                        lambda func, *a, **k: widened.append(func) or real(func, *a, **k))
+    with HalfMatmulInFp32():  # exp, the fp32 and the bf16 products are left as they are
+        torch.exp(h), f @ f, h.bfloat16() @ h.bfloat16(), h @ h
+    assert widened == [aten.mm.default]
 
 
 def test_the_trainer_steps_in_it_only_for_fp16_on_a_cpu_and_not_under_another_mode():

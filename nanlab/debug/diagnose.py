@@ -369,8 +369,8 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
             return Diagnosis("silent", None, None, None, None, False, "no fix known",
                              [Finding("grad_norms", "hint", text)])
         fix = cure_for("grad_accum", detail)
-        fixed = _Replayer(build, run.trainer.config, run.trainer.config.steps)(fix)
-        verified, proof = health(fixed, run) if fixed is not None else (False, "no replay")
+        replay = _Replayer(build, run.trainer.config, run.trainer.config.steps)
+        verified, proof = _prove(replay, fix, run)
         return Diagnosis("silent", None, "grad_accum", detail, fix, verified, proof,
                          [Finding(faults_mod.get_fault(detail).reveals, "cause", text)])
     # A replay runs at least MIN_REPLAY_STEPS steps, so that "is it learning?" has an
@@ -410,14 +410,13 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
 
     if cause is None:  # the micro-batches of a gradient accumulation step, or its scaler
         detail, text = check_accumulation(run, step)
-        if text is None:  # the loop's gradient against the loss's, one plain replay
+        if detail is None:  # the loop's gradient against the loss's, one plain replay
             detail, text = audit_gradient(run, build)
-            if detail is None and text is not None:
-                findings.append(Finding("grad_norms", "hint", text))
-                text = None
-        if text is not None:
+        if detail is not None:
             findings.append(Finding(faults_mod.get_fault(detail).reveals, "cause", text))
             cause, fix = "grad_accum", cure_for("grad_accum", detail)
+        elif text is not None:
+            findings.append(Finding("grad_norms", "hint", text))
 
     # A restart just before the symptom (the run's own log): what the resume left fresh;
     # or layers whose gradients were exactly 0 and woke up just before a spike
@@ -530,17 +529,21 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
         cause, detail, fix = _weigh_lr(weak_lr, (cause, detail, fix), findings, replay, run)
 
     # prove the fix
-    verified, proof = False, "no fix to try"
-    if fix:
-        fixed = replay(fix)
-        if fixed is None:
-            proof = f"{fix} changes nothing in this run"
-        else:
-            verified, proof = health(fixed, run)
-    elif cause == "learning_rate" and detail == "lr_jump":
+    verified, proof = _prove(replay, fix, run)
+    if not fix and cause == "learning_rate" and detail == "lr_jump":
         proof = "a one-off LR glitch: fix the schedule; the loss recovers on its own"
     return Diagnosis(symptom, step, cause, detail or cause, fix, verified, proof, findings,
                      location=loc)
+
+
+def _prove(replay: _Replayer, fix: str | None, run) -> tuple[bool, str]:
+    """(proven, why): the run replayed with ``fix`` applied, judged against the bad run."""
+    if not fix:
+        return False, "no fix to try"
+    fixed = replay(fix)
+    if fixed is None:
+        return False, f"{fix} changes nothing in this run"
+    return health(fixed, run)
 
 
 def _weigh_lr(lr_result, later, findings: list[Finding], replay: _Replayer, run):

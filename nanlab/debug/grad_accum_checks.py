@@ -111,8 +111,7 @@ def audit_gradient(run, build) -> tuple[str | None, str | None]:
     batch = to_device(fresh.batches(rows[start]["batch"]), fresh.device)
     fresh.optimizer.zero_grad(set_to_none=True)
     fresh.loss_fn(fresh.model, batch).float().backward()
-    frozen = {id(p) for p in getattr(fresh, "_frozen", ())} if start < config.freeze_until \
-        else set()
+    frozen = {id(p) for p in fresh._frozen} if start < config.freeze_until else set()
     reference = global_grad_norm([p for p in fresh.params if id(p) not in frozen]).item()
     recorded = rows[start]["grad_norm"]
     if not reference or 1 / AGREE <= recorded / reference <= AGREE:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -16,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from nanlab.batches import named_tensors
-from nanlab.half_matmul import applies, matmul_in_fp32
+from nanlab.half_matmul import run_op
 from nanlab.train import StepInfo, Trainer
 
 PASSES = ("data", "forward", "loss", "backward", "optimizer")
@@ -262,10 +263,7 @@ class _Tracer(TorchDispatchMode):
     # -- every aten op (the dispatch mode) -----------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if applies(func, args):  # the Trainer's rule for fp16 on a CPU: the run's numbers
-            run = lambda *a, **k: matmul_in_fp32(func, a, k)  # noqa: E731
-        else:
-            run = func
+        run = partial(run_op, func)  # the Trainer's rule for fp16 on a CPU: the run's numbers
         if (not self.ops or self.phase not in PASSES or self._checking
                 or getattr(func, "is_view", False)):
             return run(*args, **kwargs)

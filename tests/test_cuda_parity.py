@@ -21,6 +21,7 @@ import functools
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
 
 from nanlab import faults
 from nanlab.debug.locate import locate
@@ -104,6 +105,55 @@ def _first_nonfinite_call(run: faults.FaultRun):
     return next((c for c in probe.calls if c[-1]), None)
 
 
+# Python-level names of CUDA's listed ops that reach a TorchFunctionMode under another name
+_ALIASES = {"__matmul__": "matmul", "__rmatmul__": "matmul", "cross_entropy": "log_softmax"}
+
+
+class _CudaAutocast(TorchFunctionMode):
+    """CUDA's fp16 autocast policy in place of the CPU's: where CPU autocast is on, a
+    listed fp16 op gets fp16 inputs, a listed fp32 op fp32 inputs, any other op runs in
+    the dtype of its inputs (autocast leaves it alone on every device), each with CPU
+    autocast off; where the model turned autocast off itself, nothing changes. Records
+    the first call whose output holds +inf or NaN, with its dtype."""
+
+    def __init__(self, device_type: str):
+        super().__init__()
+        self.device_type, self.first = device_type, None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if torch.is_autocast_enabled(self.device_type):
+            name = getattr(func, "__name__", str(func))
+            name = _ALIASES.get(name, name)
+            dtype = (torch.float16 if name in CUDA_FP16_OPS
+                     else torch.float32 if name in CUDA_FP32_OPS else None)
+            if dtype is not None:
+                def cast(a):
+                    floating = isinstance(a, torch.Tensor) and a.is_floating_point()
+                    return a.to(dtype) if floating else a
+                args, kwargs = tree_map(cast, (args, kwargs))
+            with torch.autocast(self.device_type, enabled=False):
+                out = func(*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
+        if self.first is None and isinstance(out, torch.Tensor) and out.is_floating_point() \
+                and out.numel() and bool((out == torch.inf).any() or out.isnan().any()):
+            self.first = (getattr(func, "__name__", str(func)), out.dtype)
+        return out
+
+
+def _under_cuda_autocast(run: faults.FaultRun):
+    """Replay the bad step's forward and loss under CUDA's autocast policy: the first
+    (op, dtype) that made +inf or NaN, or None if the step stays finite there."""
+    trainer = run.trainer
+    row = run.record.steps[run.first_bad_step]
+    batch = to_device(trainer.batches(row["batch"]), trainer.device, trainer.input_dtype)
+    probe = _CudaAutocast(trainer.device.type)
+    with torch.no_grad(), trainer.autocast(), probe:
+        trainer.loss_fn(trainer.model, batch)
+    return probe.first
+
+
 def test_the_op_lists_are_disjoint_and_hold_the_ops_the_faults_meet():
     assert not CUDA_FP16_OPS & CUDA_FP32_OPS
     assert {"bmm", "matmul", "linear", "addmm", "baddbmm"} <= CUDA_FP16_OPS
@@ -121,6 +171,21 @@ def test_cpu_autocast_runs_exp_and_sum_in_fp16_where_cuda_uses_fp32():
     assert "exp" in CUDA_FP32_OPS and "sum" in CUDA_FP32_OPS  # fp32 on CUDA
 
 
+def test_cudas_policy_on_the_cpu_widens_exp_and_keeps_a_matmul_in_fp16():
+    """The emulator itself: exp(12) overflows fp16 under CPU autocast, not under CUDA's
+    policy (exp runs in fp32); a product past 65504 overflows under both."""
+    x, big = torch.full((2, 2), 6.0), torch.full((2, 2), 200.0)
+    with torch.amp.autocast(device_type="cpu", dtype=torch.float16):
+        assert torch.isinf(torch.exp(x @ torch.eye(2) * 2)).all()  # CPU: fp16 exp
+        probe = _CudaAutocast("cpu")
+        with probe:
+            y = torch.exp(x @ torch.eye(2) * 2)
+        assert y.dtype == torch.float32 and torch.isfinite(y).all() and probe.first is None
+        with probe:
+            z = big @ big
+        assert probe.first == ("matmul", torch.float16) and torch.isinf(z).all()
+
+
 @pytest.mark.parametrize("name", PRECISION_FAULTS)
 def test_the_first_nonfinite_value_is_fp16_on_cuda_too(name):
     run = failed_run(name)
@@ -135,15 +200,28 @@ def test_the_first_nonfinite_value_is_fp16_on_cuda_too(name):
     assert precision == "fp16"
     if op in CUDA_FP16_OPS:  # a matmul output past 65504: fp16 on CUDA autocast too
         return
-    # otherwise the op must have run outside autocast, on fp16 inputs
-    assert op in CUDA_FP32_OPS or op in ("div", "mul", "add", "sub"), op
+    # otherwise the op ran outside autocast, on fp16 inputs: its dtype follows its inputs
+    # on every device; or inside autocast, an op that CUDA autocast leaves alone too (a
+    # subtraction of two fp16 scores, say): then CUDA's policy must overflow it as well
     call = _first_nonfinite_call(run)
-    assert call is not None, name
-    func, autocast_on, in_dtypes, out_dtype, _ = call
-    assert not autocast_on, (f"{name}: {func} made the first inf inside autocast; CUDA "
-                             f"autocast would run {op} in fp32 and never overflow")
-    assert in_dtypes == {torch.float16} and out_dtype == torch.float16, call
-    assert op in func or func in op, (op, func)  # the same op, seen from Python
+    if call is not None and not call[1]:
+        func, _, in_dtypes, out_dtype, _ = call
+        assert in_dtypes == {torch.float16} and out_dtype == torch.float16, call
+        assert op in func or func in op, (op, func)  # the same op, seen from Python
+        return
+    assert op not in CUDA_FP32_OPS, (f"{name}: {op} made the first inf inside autocast; "
+                                     f"CUDA autocast would run it in fp32")
+    first = _under_cuda_autocast(run)
+    assert first is not None and first[1] == torch.float16, (name, op, first)
+
+
+@pytest.mark.parametrize("name", [n for n in PRECISION_FAULTS
+                                  if faults.fault_config(n).precision == "fp16"])
+def test_the_bad_step_overflows_in_fp16_under_cudas_autocast_policy(name):
+    """Whichever op a CPU kernel path makes overflow first, the same weights and batch
+    under CUDA's autocast op lists make a non-finite value too, in an fp16 tensor."""
+    first = _under_cuda_autocast(failed_run(name))
+    assert first is not None and first[1] == torch.float16, (name, first)
 
 
 @pytest.mark.parametrize("name", PRECISION_FAULTS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -219,23 +220,29 @@ def until(step: int):
 
 
 @pytest.mark.slow
-def test_zclip_halves_the_lr_jump_spike_and_its_recovery():
+def test_zclip_lowers_the_lr_jump_spike():
     """The 10x LR step at 100 spikes the loss at 101; ZClip clips the oversized gradients
     that follow (its EMA says they are outliers), so the spike is lower. The matrix still
-    says "not cured": a spike it is, only a smaller one."""
-    bare = run_fault("lr_jump", callbacks=[until(125)]).record
-    clipped = run_fault("lr_jump", fixes=["zclip"], callbacks=[until(125)]).record
-    assert bare.losses()[101] > 5.0  # the untreated spike (6.59 measured)
-    assert clipped.losses()[100:].max() < 0.6 * bare.losses()[100:].max()
-    assert any(e["kind"] == "cure" and e["step"] >= 100 for e in clipped.events)
+    says "not cured": a spike it is, only a smaller one. How much lower depends on the
+    CPU's kernel path (48-70 % of the bare peak measured on three), so the test asks for
+    a clearly lower peak and a faster way down."""
+    bare = run_fault("lr_jump", callbacks=[until(125)]).record.losses()
+    clipped = run_fault("lr_jump", fixes=["zclip"], callbacks=[until(125)])
+    losses = clipped.record.losses()
+    assert bare[101] > 5.0  # the untreated spike (6.59 measured; the LR jump is exact)
+    assert max(losses[100:]) < 0.85 * max(bare[100:])
+    assert np.mean(losses[102:111]) < 0.9 * np.mean(bare[102:111])
+    assert any(e["kind"] == "cure" and e["step"] >= 100 for e in clipped.record.events)
 
 
 @pytest.mark.slow
 def test_softcap_turns_high_lr_overflow_into_a_finite_run():
-    """high_lr's fp16 attention scores pass 65504 (inf) at step 32; capped at 50, tanh(inf)
-    is 1 and the scores stay finite: no NaN. The LR is still 40x too high, so the matrix
-    cell is "not cured" (a finite divergence), the lesson of AMP off (claim W3)."""
-    assert run_fault("high_lr", stop_when_poisoned=True).first_bad_step == 32
-    capped = run_fault("high_lr", fixes=["softcap"], callbacks=[until(40)])
+    """high_lr's fp16 attention scores pass 65504 (inf) around step 30 (27-37 on the CPU
+    kernel paths measured); capped at 50, tanh(inf) is 1 and the scores stay finite: no
+    NaN. The LR is still 40x too high, so the matrix cell is "not cured" (a finite
+    divergence), the lesson of AMP off (claim W3)."""
+    bad = run_fault("high_lr", stop_when_poisoned=True).first_bad_step
+    assert bad is not None and 20 <= bad <= 50, bad
+    capped = run_fault("high_lr", fixes=["softcap"], callbacks=[until(bad + 10)])
     assert capped.first_bad_step is None and capped.trainer.config.model.\
         attn_logit_softcapping == 50.0

@@ -10,8 +10,12 @@ runs on the ``python3`` kernel, the one ``make lab`` and Binder both have.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -20,11 +24,6 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - python 3.10
-    tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -99,3 +98,33 @@ def test_notebook_uses_the_python3_kernel(path):
 
 def test_there_are_notebooks():
     assert {p.parent.name for p in NOTEBOOKS} == {"solutions", "labs"}
+
+
+def _make_variable(name: str) -> str:
+    """A Makefile variable as `make` expands it on this machine."""
+    out = subprocess.run(["make", "-s", "--no-print-directory", "-f", "Makefile", "-f", "-",
+                          "print"], input=f"print:\n\t@echo $({name})\n", text=True,
+                         capture_output=True, cwd=ROOT, check=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_test_proves_two_cpu_kernel_paths():
+    """The unit tests run on OTHER_KERNELS, the notebooks on the machine's own, and the
+    two are different paths of PyTorch's CPU kernels on this processor."""
+    recipe = re.search(r"^test:.*?\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)
+    lines = recipe.group(1).replace("\\\n", " ").splitlines()
+    unit = [x for x in lines if " tests" in x and "pytest" in x]
+    notebooks = [x for x in lines if "nbval" in x]
+    assert len(unit) == len(notebooks) == 1, lines
+    assert "$(OTHER_KERNELS)" in unit[0] and "$(OTHER_KERNELS)" not in notebooks[0]
+    other = dict(kv.split("=", 1) for kv in _make_variable("OTHER_KERNELS").split())
+    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")}
+    own, theirs = (subprocess.run([sys.executable, "-c", probe], env=e, text=True,
+                                  capture_output=True, check=True).stdout.strip()
+                   for e in (env, {**env, **other}))
+    if own == "DEFAULT":  # an ARM processor without SVE: PyTorch has one path here
+        pytest.skip("PyTorch has only its default CPU kernels on this processor")
+    assert own != theirs, (own, theirs, other)

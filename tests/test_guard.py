@@ -137,13 +137,15 @@ def test_a_repeat_goes_back_further_and_cuts_the_lr():
                            callbacks=guard.callbacks())
     first, second = [e for e in run.record.events if e["kind"] == "rollback"]
     bad = run.record.first_nonfinite_step
-    assert 10 <= bad < 30  # AdamW at LR 0.5 in fp16 (16 or 17, by the summation order)
-    assert first["step"] == second["step"] == bad  # the NaN came back at the same step
+    assert 10 <= bad < 30  # AdamW at LR 0.5 in fp16 (16 or 17, by the CPU's summation order)
+    assert first["step"] == bad
+    # the NaN came back before the run was two steps past it: the same incident
+    assert bad <= second["step"] <= bad + 2
     last_good = bad // 10 * 10  # the last checkpoint at or before it
     assert (first["to_step"], first["repeat"]) == (last_good, False)  # data skipped, LR kept
     assert (second["to_step"], second["repeat"]) == (last_good - 10, True)  # further, LR / 10
     cut = next(e for e in run.record.events if e["kind"] == "lr_cut")
-    assert cut["step"] == bad and cut["lr_scale"] == pytest.approx(0.1)
+    assert cut["step"] == second["step"] and cut["lr_scale"] == pytest.approx(0.1)
     assert run.trainer.stop_reason == "" and np.isfinite(kept_losses(run.record)).all()
 
 
@@ -236,10 +238,10 @@ def test_a_repeat_keeps_one_evidence_file_per_attempt(tmp_path):
                            out_dir=str(tmp_path), callbacks=guard.callbacks())
     rollbacks = [e for e in run.record.events if e["kind"] == "rollback"]
     bad = run.record.first_nonfinite_step
-    assert [(e["step"], e["incident"], e["attempt"]) for e in rollbacks] == [(bad, 1, 1),
-                                                                             (bad, 1, 2)]
+    assert [(e["incident"], e["attempt"]) for e in rollbacks] == [(1, 1), (1, 2)]
+    assert rollbacks[0]["step"] == bad and bad <= rollbacks[1]["step"] <= bad + 2
     files = sorted((tmp_path / "evidence").glob("*.pt"))
-    assert len(files) == guard.summary()["evidence"] == 2  # the same step, two files
+    assert len(files) == guard.summary()["evidence"] == 2  # one incident, two files
     assert guard.summary()["incidents"] == 1
     assert [torch.load(f, weights_only=True)["attempt"] for f in files] == [1, 2]
 

@@ -145,6 +145,12 @@ def test_it_finds_the_linear_of_a_model_nanlab_did_not_make():
 
 
 def test_a_hugging_face_llama_gets_the_flip_and_the_rerun_heals_it():
+    """The flip lands in Llama's first q_proj at step 5 (0.104 becomes 3.5e37). Whether the
+    step goes non-finite depends on the CPU's kernel path: the score row it enters turns
+    one-hot in the softmax, and the backward through it overflows the grad norm on some
+    paths and stays finite on others (measured: AVX-512 and AVX2 inf, no vectors finite).
+    Silent data corruption can be silent. Either way: a non-finite step is healed by the
+    rerun (transient), and a finite one is left alone, the run unchanged by the guard."""
     pytest.importorskip("transformers")
     from foreign_scenarios import base, hf_loss, llama, lm_batch
 
@@ -154,17 +160,25 @@ def test_a_hugging_face_llama_gets_the_flip_and_the_rerun_heals_it():
         torch.manual_seed(0)
         model = llama()
         inj = faults.inject("bit_flip", model=model, batches=lm_batch, at_step=5)
+        flipped = []
+        q_proj = dict(model.named_modules())["model.layers.0.self_attn.q_proj"]
+        q_proj.register_forward_hook(  # runs after the fault's hook: what the flip left
+            lambda m, i, out: flipped.append(abs(out.flatten()[0].item())) and None)
         trainer = Trainer(base(steps=8, checkpoint_every=0, record_every=0), model=model,
                           batches=inj.batches, loss_fn=hf_loss)
         if guard:
             Guard("skip", rerun=True).attach(trainer)
         trainer.run()
-        return trainer, inj
+        return trainer, inj, flipped
 
-    bad, inj = make(guard=False)
+    bad, inj, flipped = make(guard=False)
     assert "model.layers.0.self_attn.q_proj" in inj.notes[0]  # the first nn.Linear
-    assert bad.record.first_nonfinite_step == 5
-    healed, _ = make(guard=True)
-    (rerun,) = [e for e in healed.record.events if e["kind"] == "rerun"]
-    assert (rerun["step"], rerun["verdict"]) == (5, "transient")
+    assert flipped[5] > 1e30 and all(v < 10 for i, v in enumerate(flipped) if i != 5)
+    healed, _, _ = make(guard=True)
+    reruns = [e for e in healed.record.events if e["kind"] == "rerun"]
+    if bad.record.first_nonfinite_step is None:  # silent on this kernel path
+        assert reruns == [] and list(healed.record.losses()) == list(bad.record.losses())
+    else:
+        assert bad.record.first_nonfinite_step == 5
+        assert [(e["step"], e["verdict"]) for e in reruns] == [(5, "transient")]
     assert all(torch.isfinite(p).all() for p in healed.model.parameters())

@@ -140,17 +140,31 @@ def test_bad_init_overflows_in_the_forward_pass_inf_first():
     assert loc.inf_before_nan is True and loc.first_inf.seq < loc.first_nan.seq
 
 
-def test_deep_explosion_overflows_the_grad_norm_then_the_optimizer_state():
+def test_deep_explosion_overflows_the_grad_norm_and_maybe_the_optimizer_state():
+    """The grad norm's sum of squares overflows first. Adam's exp_avg_sq overflows only
+    once a single entry's square does: on that step on some CPU kernel paths, a few steps
+    later on others. locate reports the optimizer's inf exactly when the state holds one."""
+    from nanlab.checkpoint import nonfinite_tensors
+
+    adam_overflowed = bool(nonfinite_tensors(run_of("deep_explosion").trainer.optimizer
+                                             .state_dict()))
     loc = located("deep_explosion", max_events=3)  # the optimizer event lies past the third
     assert loc.first.tensor == "grad_norm" and loc.first.has_inf
-    assert loc.first_optimizer is not None and loc.first_optimizer.pass_name == "optimizer"
-    assert "the update then wrote a non-finite value" in str(loc)
+    assert loc.pass_name == "backward" and loc.inf_before_nan
+    assert (loc.first_optimizer is not None) == adam_overflowed
+    if adam_overflowed:
+        assert loc.first_optimizer.pass_name == "optimizer"
+        assert "the update then wrote a non-finite value" in str(loc)
 
 
-def test_high_lr_in_fp16_overflows_the_attention_scores():
+def test_high_lr_in_fp16_overflows_inside_the_attention():
+    """The oversized attention weights push a score past fp16's 65504: the product q.k
+    itself (aten.bmm) on most CPU kernel paths, or the softmax's subtraction of two huge
+    fp16 scores on others. Either way an inf, in the forward, in the attention."""
     loc = located("high_lr")
     assert loc.pass_name == "forward" and loc.first.has_inf and loc.inf_before_nan is True
-    assert loc.module.endswith("attn.scores"), loc.module
+    assert ".attn." in loc.module, loc.module
+    assert loc.first_op is not None and loc.first_op.dtype == "float16", loc.first_op
 
 
 def test_a_named_step_and_op_trace_off():

@@ -153,8 +153,9 @@ def test_bad_values_are_one_clear_line():
 # -- the guard trusts no checkpoint whose optimizer state is non-finite ------------------
 @pytest.mark.parametrize("threads", [1, 2])
 def test_recover_passes_over_a_checkpoint_whose_adam_state_overflowed(threads, request):
-    """deep_explosion without a guard: the step whose grad norm overflows squares the huge
-    (finite) gradients into Adam's exp_avg_sq, which overflows to inf, while the update
+    """deep_explosion without a guard: its gradients grow until one entry's square, taken
+    into Adam's exp_avg_sq, overflows to inf (at the grad norm's overflow or a few steps
+    after it: where exactly depends on the CPU's kernel path), while the update
     m / (sqrt(inf) + eps) = 0 leaves the weights finite. The next checkpoint looks good by
     its weights. Resumed from it with Guard("recover"), the first failure must not roll
     back to a state whose optimizer is poisoned: the guard checks every floating tensor,
@@ -165,11 +166,17 @@ def test_recover_passes_over_a_checkpoint_whose_adam_state_overflowed(threads, r
 
     if threads == 2:
         request.getfixturevalue("two_threads")
-    first = faults.run_fault("deep_explosion", checkpoint_every=10, stop_when_poisoned=True)
+
+    def stop_once_adam_overflowed(trainer, info):
+        if nonfinite_tensors(trainer.optimizer.state_dict()):
+            trainer.request_stop("Adam's state holds an inf")
+
+    first = faults.run_fault("deep_explosion", checkpoint_every=10,
+                             callbacks=[("on_step_end", stop_once_adam_overflowed)])
     store = first.trainer.checkpoints
-    overflow = first.record.first_nonfinite_step  # the grad norm's overflow (step 111)
-    poisoned = overflow + 1  # the final state, saved after that step's update
-    assert store.steps()[-2:] == [overflow // 10 * 10, poisoned]
+    overflow = first.record.first_nonfinite_step  # the grad norm's overflow (85-111)
+    poisoned = store.steps()[-1]  # the final state, saved after the step that overflowed v
+    assert overflow is not None and overflow < poisoned <= overflow + 20, (overflow, poisoned)
     state = store.load(poisoned)
     assert nonfinite_tensors(state["model"]) == []  # the weights look fine
     bad = nonfinite_tensors(state["optimizer"])
@@ -186,10 +193,10 @@ def test_recover_passes_over_a_checkpoint_whose_adam_state_overflowed(threads, r
     trainer.run(resume_from=poisoned)  # the last checkpoint with finite weights
     rollbacks = [e for e in trainer.record.events if e["kind"] == "rollback"]
     flagged = {e["step"] for e in trainer.record.events if e["kind"] == "bad_checkpoint"}
-    assert rollbacks and rollbacks[0]["to_step"] <= overflow, rollbacks
+    assert rollbacks and rollbacks[0]["to_step"] < poisoned, rollbacks
     assert poisoned in flagged
     assert not [e for e in trainer.record.events if e["kind"] == "give_up"]
-    after = states[states.index(next(s for s in states if s[0] <= overflow)):]
+    after = states[states.index(next(s for s in states if s[0] < poisoned)):]
     assert all(n == 0 for _, n in after), after  # never trained on a poisoned state again
 
 

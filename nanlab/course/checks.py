@@ -71,12 +71,12 @@ class CheckResult:
 def start_lab(lab: str, *, threads: int | None = 1) -> None:
     """Say which lab this notebook is (results are recorded under it); pin CPU threads.
 
-    The labs run torch on one CPU thread (``threads=1``; None leaves torch's default) so
-    that a learner sees the numbers the text describes and CI checked: the thread count
-    changes the order in which a matrix product sums, and a run on the edge of blowing up
-    (the deep stack of Lab 05) can fail at a different step, or not at all, with two
-    threads instead of one. The toy model is too small to gain from more threads. On a
-    GPU the numbers differ anyway; the labs say where.
+    The labs run torch on one CPU thread (``threads=1``; None leaves torch's default), so
+    a run repeats bit for bit on one machine. Another thread count or processor (AVX2,
+    AVX-512, ARM) sums a matrix product in another order, and a run on the edge of
+    blowing up (the deep stack of Lab 05, ``high_lr``) fails a few steps earlier or later:
+    the labs check mechanisms and ranges that hold on every path, not one machine's step.
+    The toy model is too small to gain from more threads.
 
     >>> start_lab("01_numbers")  # doctest: +SKIP
     """

@@ -32,7 +32,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -333,7 +333,7 @@ def _warn(state: _State) -> None:
 
 def _back_up(path: Path, raw: bytes | None) -> Path:
     """Keep the damaged file as ``<name>.bad-<UTC time>`` (never over an existing file)."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     for n in range(1000):
         backup = path.with_name(f"{path.name}.bad-{stamp}" + (f"-{n}" if n else ""))
         try:
@@ -383,4 +383,4 @@ def _write_atomically(path: Path, data: dict[str, Any]) -> None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -29,7 +29,7 @@ import json
 import math
 import random
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -206,7 +206,7 @@ def attempts(run_dir: str | Path) -> list[dict]:
 
 
 def _record_answer(run_dir: str | Path, answer: str, verdict: str) -> None:
-    row = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    row = {"time": datetime.now(UTC).isoformat(timespec="seconds"),
            "answer": answer, "verdict": verdict}
     with open(Path(run_dir) / ANSWERS, "a") as f:
         f.write(json.dumps(row) + "\n")

@@ -11,6 +11,9 @@ PYTEST_ARGS ?= -n 2 --dist loadfile
 OTHER_KERNELS ?= $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null \
 	&& echo ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
 	|| echo ATEN_CPU_CAPABILITY=default)
+# the notebooks' path: the machine's own unless set (the reverse of the above:
+# make test OTHER_KERNELS= NOTEBOOK_KERNELS="ATEN_CPU_CAPABILITY=avx2 ...")
+NOTEBOOK_KERNELS ?=
 
 .PHONY: setup lab labs test lint bench clean-venv
 
@@ -37,7 +40,7 @@ test: setup  ## ruff (notebook sources too), the notebook sync checks, unit test
 	$(BIN)/python -m nanlab course check
 	NANLAB_PROGRESS=$$(mktemp -d)/progress.json OMP_NUM_THREADS=1 $(OTHER_KERNELS) \
 		$(BIN)/python -m pytest $(PYTEST_ARGS) tests
-	NANLAB_PROGRESS=$$(mktemp -d)/progress.json OMP_NUM_THREADS=1 \
+	NANLAB_PROGRESS=$$(mktemp -d)/progress.json OMP_NUM_THREADS=1 $(NOTEBOOK_KERNELS) \
 		$(BIN)/python -m pytest $(PYTEST_ARGS) solutions labs --nbval-lax
 
 bench: setup  ## benchmarks: print numbers, assert nothing

@@ -297,12 +297,12 @@ print("seed 1, identical first 20: ", np.array_equal(other.losses(), run.losses(
 # library versions **and the same number of CPU threads**: a matrix product split
 # over two threads adds its terms in another order, and floating-point addition is
 # not associative. That is why `start_lab` at the top of every lab runs torch on
-# one thread: the numbers you see are the ones the text talks about. It matters
-# more than it sounds: Lab 05's deep stack blows up at step 78 on one thread and
-# not at all within 200 steps on two, a run on the edge. Another CPU or another
-# torch version may also differ in the last digits. On a GPU a few kernels add in
-# a varying order; call `torch.use_deterministic_algorithms(True)` when you need
-# exact repeats there.
+# one thread: a run repeats exactly on your machine. Another CPU adds in another
+# order (its kernels follow its instruction set: AVX2, AVX-512, ARM), as may another
+# torch version. A run near the edge then fails some steps earlier or later (Lab 05's
+# deep stack, by up to 25), so the labs check mechanisms and ranges, not one
+# machine's step. On a GPU a few kernels add in a varying order; call
+# `torch.use_deterministic_algorithms(True)` when you need exact repeats there.
 #
 # ### Resume from a checkpoint (断点续训)
 # The run saved a checkpoint every 50 steps: the weights, the optimizer state, the

@@ -45,7 +45,7 @@ from nanlab.train import TrainConfig, Trainer, stop_early
 from nanlab.viz import plot_compare, plot_loss
 
 start_lab("12_incidents")
-STEPS = 280
+STEPS = 300
 SPIKY = TrainConfig(steps=STEPS, lr=1e-2, beta2=0.99, schedule="constant",
                     checkpoint_every=10, record_every=0, progress=False)
 
@@ -64,6 +64,11 @@ def first_spike(losses, bar=10.0, window=20, start=40):
     return None
 
 
+def largest_jump(losses, window=20, start=40):
+    """The largest ratio of a loss to the median of the `window` losses before it."""
+    return max(losses[i] / np.median(losses[i - window:i]) for i in range(start, len(losses)))
+
+
 def rise(losses, first=10):
     """The worst loss of a stretch against the median of its first `first` losses."""
     return float(np.max(losses) / np.median(losses[:first]))
@@ -72,13 +77,17 @@ def rise(losses, first=10):
 trainer = Trainer(SPIKY)
 base = losses_of(trainer.run())
 t = first_spike(base)
-print(f"spike at step {t}: loss {base[t - 5]:.3f} five steps before, {base[t]:.3f} at "
-      f"the spike, {base[t:t + 10].max():.2f} at its peak; final loss {base[-1]:.3f}")
+if t is None:  # everything below starts from the spike
+    raise RuntimeError(f"no 10x spike in {STEPS} steps on this machine: this lab needs one; "
+                       "please report your CPU and torch version")
+print(f"spike at step {t} (the step varies with the CPU): loss {base[t - 5]:.3f} five steps "
+      f"before, {base[t]:.3f} at the spike, {base[t:t + 10].max():.2f} at its peak; final "
+      f"loss {base[-1]:.3f}")
 
 # %% tags=["nbval-check-output"]
-print("a finite spike between steps 200 and 280:", t is not None and 200 <= t < STEPS)
+print(f"a finite spike between steps 200 and {STEPS}:", 200 <= t < STEPS)
 print("every loss finite:", bool(np.isfinite(base).all()))
-print("peak more than 100x the loss five steps before:", base[t:t + 10].max() > 100 * base[t - 5])
+print("peak more than 20x the loss five steps before:", base[t:t + 10].max() > 20 * base[t - 5])
 
 # %% [markdown]
 # No batch is special here (the data is a clean, generated counting task) and the LR
@@ -95,11 +104,16 @@ print("peak more than 100x the loss five steps before:", base[t:t + 10].max() > 
 # not spike. Their conclusion: a spike needs specific batches *and* a specific model
 # state.
 #
-# Your turn, on the toy. The window: the 30 batches around the spike. Feed it to the
-# state 15 steps before the spike, then to the state 100 steps earlier still.
+# Your turn, on the toy. The near state: the last checkpoint at least 15 steps before
+# the spike (checkpoints come every 10 steps). The window: its batches up to 15 past the
+# spike. Feed the window to the near state, then to the state 100 steps earlier still.
 
 # %%
-WINDOW = list(range(t - 15, t + 15))
+near_state = trainer.checkpoints.nearest(t - 15)  # the latest checkpoint at or before
+far_state = trainer.checkpoints.nearest(near_state - 100)
+WINDOW = list(range(near_state, min(t + 15, STEPS)))
+print(f"spike at step {t}; near state: step {near_state} ({t - near_state} steps before); "
+      f"far state: step {far_state}; window: batches {WINDOW[0]}-{WINDOW[-1]}")
 
 
 def replay(start, batches):
@@ -109,10 +123,9 @@ def replay(start, batches):
                      for b in batches])
 
 
-near_state, far_state = WINDOW[0], WINDOW[0] - 100
 near = replay(near_state, WINDOW)
 far = replay(far_state, WINDOW)
-other = replay(near_state, range(1000, 1030))  # the near state, batches it never saw
+other = replay(near_state, range(1000, 1000 + len(WINDOW)))  # batches it never saw
 for name, x in (("near state, window", near), ("far state, same window", far),
                 ("near state, other batches", other)):
     print(f"{name:27} worst {x.max():7.3f}   rise x{rise(x):.1f}")
@@ -120,12 +133,12 @@ for name, x in (("near state, window", near), ("far state, same window", far),
 # %% tags=["nbval-check-output"]
 print("the near state replays the run bit for bit:",
       np.array_equal(near, base[near_state:near_state + len(WINDOW)]))
-print("near state, window: rise above 100x:", rise(near) > 100)
+print("near state, window: rise above 10x:", rise(near) > 10)
 print("far state, same window: rise below 2x:", rise(far) < 2)
-print("near state, other batches: rise above 100x:", rise(other) > 100)
+print("near state, other batches: rise above 10x:", rise(other) > 10)
 
 # %% [markdown]
-# The picture, losses over the same 30 batches:
+# The picture, losses over the same batches:
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.5), layout="constrained")
@@ -146,8 +159,8 @@ ax.legend();
 # loss flags the spike, the trainer goes back to the last checkpoint at or before it,
 # and batches `b - 1 .. b + 2` are never trained on. If it fails again before the run
 # is two steps past that failure, the guard goes one checkpoint further back and cuts
-# the LR by 10, OPT's remedy (section 3). PaLM skipped hundreds of batches; on the
-# toy, a few.
+# the LR tenfold, a blunter version of OPT's remedy (section 3: OPT lowered its LR by
+# hand, by 10 % at first). PaLM skipped hundreds of batches; on the toy, a few.
 
 # %%
 guard = Guard("recover", spike="recover")
@@ -171,10 +184,10 @@ print("all", STEPS, "steps done, every loss finite:",
 print("worst loss after the spike step below 0.1:", recovered[t:].max() < 0.1)
 
 # %% [markdown]
-# The detector fires while the loss is still small, a few steps ahead of the visible
-# spike. Skipping the data is not enough here: the spike comes back on other batches,
-# as section 1 predicted, and only the LR cut ends it. On PaLM, skipping was enough:
-# "the loss did not spike again at the same point".
+# The detector fires no later than the unguarded run's spike step, often a few steps
+# ahead, while the loss is still small. Skipping the data is not enough here: the spike
+# comes back on other batches, as section 1 predicted, and only the LR cut ends it. On
+# PaLM, skipping was enough: "the loss did not spike again at the same point".
 #
 # ### When the recipe hurts: a spike the model heals from
 # PaLM's recipe suits a spike that data and state make together. Lab 03's `lr_jump` is
@@ -289,9 +302,9 @@ for name, x in after.items():
     print(f"{name:12} rise x{rise(x):6.1f}   mean of the last 10: {x[-10:].mean():.4f}")
 
 # %% tags=["nbval-check-output"]
-print("no change: the spike (rise above 10x):", rise(after["no change"]) > 10)
+print("no change: the spike (rise above 5x):", rise(after["no change"]) > 5)
 for name in CHANGES:
-    print(f"{name}: rise below 3x:", rise(after[name]) < 3)
+    print(f"{name}: no spike (rise below 5x):", rise(after[name]) < 5)
 
 # %% [markdown]
 # Each of OPT's levers works on the toy. Clipping caps the gradient that enters Adam's
@@ -340,16 +353,19 @@ print("bf16: all 60 steps finite:", len(bf16) == 60 and bool(np.isfinite(bf16).a
 
 # %%
 with_ln = losses_of(Trainer(SPIKY.replace(model={"embed_norm": True})).run())
-t_ln = first_spike(with_ln)
-print(f"embedding LayerNorm: first spike {t_ln}, worst loss from step 200 on "
-      f"{with_ln[200:].max():.3f} (without: {base[200:].max():.2f})")
+print(f"largest jump (a loss over the median of the 20 before it): "
+      f"x{largest_jump(with_ln):.1f} with the embedding LayerNorm, x{largest_jump(base):.0f} "
+      f"without; worst loss from step 200 on {with_ln[200:].max():.3f} "
+      f"(without: {base[200:].max():.2f})")
 
 # %% tags=["nbval-check-output"]
-print("with the embedding LayerNorm: no 10x spike in", STEPS, "steps:", t_ln is None)
+print("with the embedding LayerNorm: no 20x jump in", STEPS, "steps:",
+      largest_jump(with_ln) < 20)
 
 # %% [markdown]
-# On this run the embedding LayerNorm removes the spike. One run, one seed: it is a
-# lead, as the chronicles' list is, not a proof.
+# The embedding LayerNorm shrinks the spike to a bump of a few x (its size varies with
+# the CPU, as the spike's step does). One run, one seed: it is a lead, as the
+# chronicles' list is, not a proof.
 #
 # ## 5. OLMo 2: eight changes for stability
 #
@@ -424,7 +440,7 @@ check("spike_score", lambda: [spike_score(*args) for args, _ in SCORE_CASES],
              "`100.0 * flagged / (len(values) - window)`"])
 
 # %% [markdown]
-# With it, compare the runs of this lab (a window of 50 suits 280 steps):
+# With it, compare the runs of this lab (a window of 50 suits 300 steps):
 # `spike_score(base, 50)` against `spike_score(with_qk, 50)`.
 #
 # ## 6. Side by side
@@ -433,8 +449,8 @@ check("spike_score", lambda: [spike_score(*args) for args, _ in SCORE_CASES],
 # |---|---|---|
 # | PaLM 540B | ~20 spikes; same batches from an earlier checkpoint: no spike | earlier state: no spike; near state: spikes on any batches |
 # | PaLM's recipe | back ~100 steps, skip ~200-500 batches | skip alone: it came back; then the LR cut |
-# | OPT-175B | earlier checkpoint + lower LR; clip 1.0 → 0.3 | from 100 steps back, LR × 0.5, clip 1.0 or clip 0.3: no spike |
-# | BLOOM | 104B fp16 trials failed; 176B bf16 did not | fp16 inf where bf16 is finite; embedding LN removed the spike |
+# | OPT-175B | earlier checkpoint + lower LR; clip 1.0 → 0.3 | from the far state, LR × 0.5, clip 1.0 or clip 0.3: no spike |
+# | BLOOM | 104B fp16 trials failed; 176B bf16 did not | fp16 inf where bf16 is finite; embedding LN shrank the spike to a bump |
 # | OLMo 2 | eight changes; QK-norm + reordered norm lower the spike score | QK-norm removed the spike |
 #
 # What the toy cannot show: a run of months, data that really varies (PaLM's half of
@@ -459,8 +475,8 @@ practice("12-skip-came-back")
 #   back, lower the LR or tighten the clipping (OPT). A spike the model heals from
 #   alone (a one-step LR glitch) is better left alone: skipping matched doing nothing,
 #   rolling back did worse, on three seeds.
-# - Range (bf16), an embedding LayerNorm and QK-norm each removed a toy failure; the
-#   big runs changed several things at once, without ablations.
+# - Range (bf16) and QK-norm each removed a toy failure, an embedding LayerNorm shrank
+#   one; the big runs changed several things at once, without ablations.
 #
 # Your progress:
 

@@ -206,7 +206,7 @@ print("Adam's state was resumed:", event["optimizer_steps"] == 130)
 print("the LR falls at the restart, then climbs above where it was:",
       lr[130] < lr[129] < lr[149])
 print("the loss peaks 15-30 steps after the restart:", 145 <= peak <= 160)
-print("the peak is more than 6x the loss before:",
+print("the peak is more than 5x the loss before:",
       loss_reset[peak] > 6 * np.median(loss_reset[120:130]))
 
 # %% [markdown]
@@ -315,8 +315,10 @@ for name, want in (("resume_fresh_optimizer", "resume_full_state"),
 # gradient of 1e22 is finite in fp32, but Adam's `v` adds `(1 − b2)·g²`, and `g²` =
 # 1e44 is past fp32's maximum (3.4e38): `exp_avg_sq` overflows to inf, while the update
 # `m / sqrt(inf) = 0` leaves the weight finite. A checkpoint saved then looks healthy
-# by its weights. (In a real run: `deep_explosion` of Lab 05 does this on the step its
-# grad norm overflows; `tests/test_optimizer_state.py` replays it.)
+# by its weights. (In a real run, `deep_explosion` of Lab 05 can do this as its
+# gradients blow up, once one entry's square passes fp32's maximum: at the grad norm's
+# overflow or a few steps later, depending on the CPU's kernels;
+# `tests/test_optimizer_state.py` replays it.)
 #
 # The guard checks every floating-point tensor of a saved state, weights *and*
 # optimizer, and passes over a bad one with a "bad_checkpoint" event:

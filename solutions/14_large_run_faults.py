@@ -181,9 +181,11 @@ print("validate_data does not cure the junk shard (still above 3x):", checked_ra
 #
 # `1 / (k · n_i)`  instead of  `1 / N`.
 #
-# Equal only when every `n_i = N / k`. Hugging Face transformers' Trainer had this bug
-# until October 2024 (huggingface/transformers PR #34191 "Fix Gradient Accumulation
-# issue"; the HF blog "Fixing Gradient Accumulation", huggingface/blog PR #2414). In
+# Equal only when every `n_i = N / k`. Hugging Face transformers' Trainer had this bug;
+# the first fix came in October 2024 (huggingface/transformers PR #34191 "Fix Gradient
+# Accumulation issue"; the HF blog "Fixing Gradient Accumulation", huggingface/blog PR
+# #2414), and later reports show it lingering: PR #35438 (December 2024) and issue
+# #37766 (April 2025, models whose forward takes no `num_items_in_batch`). In
 # `accum_mean_of_means`, steps 140-159 have a first micro-batch with 1 unmasked target,
 # the others 248 each:
 

@@ -139,8 +139,9 @@ def test_a_repeat_goes_back_further_and_cuts_the_lr():
     bad = run.record.first_nonfinite_step
     assert 10 <= bad < 30  # AdamW at LR 0.5 in fp16 (16 or 17, by the CPU's summation order)
     assert first["step"] == bad
-    # the NaN came back before the run was two steps past it: the same incident
-    assert bad <= second["step"] <= bad + 2
+    # the NaN came back near it (the skipped batches change the path: a step earlier or
+    # later on some CPU kernel paths), before the run was two steps past it: one incident
+    assert abs(second["step"] - bad) <= 2
     last_good = bad // 10 * 10  # the last checkpoint at or before it
     assert (first["to_step"], first["repeat"]) == (last_good, False)  # data skipped, LR kept
     assert (second["to_step"], second["repeat"]) == (last_good - 10, True)  # further, LR / 10
@@ -239,7 +240,7 @@ def test_a_repeat_keeps_one_evidence_file_per_attempt(tmp_path):
     rollbacks = [e for e in run.record.events if e["kind"] == "rollback"]
     bad = run.record.first_nonfinite_step
     assert [(e["incident"], e["attempt"]) for e in rollbacks] == [(1, 1), (1, 2)]
-    assert rollbacks[0]["step"] == bad and bad <= rollbacks[1]["step"] <= bad + 2
+    assert rollbacks[0]["step"] == bad and abs(rollbacks[1]["step"] - bad) <= 2
     files = sorted((tmp_path / "evidence").glob("*.pt"))
     assert len(files) == guard.summary()["evidence"] == 2  # one incident, two files
     assert guard.summary()["incidents"] == 1

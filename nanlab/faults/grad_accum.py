@@ -55,7 +55,8 @@ register(Fault(
               "the loss climbs several times above where it was, then slowly comes back",
     needs="gradient accumulation (4 micro-batches of 8 rows) whose micro-batch losses are "
           "means (cross_entropy's default) averaged with / accum_steps, as Hugging Face "
-          "transformers' Trainer did until October 2024 (PR #34191), and micro-batches "
+          "transformers' Trainer did before its October 2024 fix (PR #34191; issue #37766 "
+          "reports models it still misses), and micro-batches "
           "whose target counts differ a lot (padding, masked prompts)",
     reveals="data", cure="token_weighted", signature="spike",
     params={"at_step": Param(140, 0, 100_000, help="the first step with a short "

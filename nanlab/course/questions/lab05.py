@@ -18,9 +18,11 @@ QUESTIONS = [
          "the global grad norm overflows fp32 to inf (every gradient still finite)",
          "training carries on, weights finite, many of them silently frozen by an "
          "inf in Adam's v",
-         "the loss is NaN, then the weights are too"],
-        explanation="The climb is visible about 50 steps early; the first non-finite "
-        "numbers are the norm's inf and Adam's v; the loss turns NaN tens of steps later.",
+         "a gradient turns NaN, the update writes NaN into the weights, the next loss "
+         "is NaN"],
+        explanation="The climb is visible tens of steps before the first inf (section 1a "
+        "prints how many); the first non-finite numbers are the norm's inf and then Adam's "
+        "v; a NaN gradient, NaN weights and a NaN loss follow, in that order, steps later.",
         hints=["Which of these could a grad-norm monitor see first?"],
     ),
     MultipleChoiceQuestion(

@@ -75,14 +75,15 @@ QUESTIONS = [
                      ("same seed", "same step", "clean run", "相同种子", "同一步"),
                      "say how you proved it"),
         ],
-        model_answer="The loss went to inf at step 87 and never recovered because a "
+        model_answer="The loss went to inf around step 85-90 and never recovered because a "
         "hand-written cross-entropy summed exp(logit) in fp16, and once the model was "
-        "confident that sum passed 65504. I replayed the first bad step from checkpoint 50 "
-        "with locate, which reproduced it bit for bit and showed the first inf in the loss, "
-        "with the NaN only later in the backward pass. The batch was clean, and the LR / 10 "
-        "replay only postponed the overflow because it learned far more slowly. The fp32 and "
-        "bf16 replays both trained normally, so the fix is bf16 or the stable F.cross_entropy. "
-        "I proved it with the same seed: the loss at the same step matches the clean run.",
+        "confident that sum passed 65504. I replayed the first bad step from the checkpoint "
+        "before it with locate, which reproduced it bit for bit and showed the first inf in "
+        "the loss, with the NaN only later in the backward pass. The batch was clean, and the"
+        " LR / 10 replay only postponed the overflow because it learned far more slowly. The "
+        "fp32 and bf16 replays both trained normally, so the fix is bf16 or the stable "
+        "F.cross_entropy. I proved it with the same seed: the loss at the same step matches "
+        "the clean run.",
         hints=["Cause, evidence, ruled out, fix, proof: one sentence each.",
                "Which tool told you where the first inf was made?"],
     ),

@@ -439,9 +439,9 @@ print("inf came before NaN:", loc_soft.inf_before_nan)
 
 # %% [markdown]
 # **Inf first, NaN second** (claim B1, 先出现 inf，再出现 NaN): in the stored run
-# `aten.exp` makes `+inf` (on another CPU the sum of exps can overflow first), the next
-# op, `aten.div`, makes NaN (`inf / inf`), which spreads through `att @ v`, the
-# residual stream and the loss. Each fault of this lab used one of three inf-to-NaN
+# `aten.exp` makes `+inf` and the next op, `aten.div`, makes NaN (`inf / inf`; on
+# another CPU the sum may overflow first, the NaN a few ops later), which spreads
+# through `att @ v`, the residual stream and the loss. Each fault of this lab used one of three inf-to-NaN
 # operations:
 
 # %%

@@ -342,7 +342,7 @@ print("steps from there on skipped: more than 80 %:",
       sum(r["skipped"] for r in after) > 0.8 * len(after))
 
 # %% [markdown]
-# Skipping every step is a frozen run that looks alive. Alert when the skip count keeps
+# Skipping most steps freezes a run that looks alive. Alert when the skip count keeps
 # growing (gpt-neox issue #291, "Abort runs if loss scale gets stuck at minimum").
 #
 # ## 5. Recover: roll back, skip the data, cut the LR

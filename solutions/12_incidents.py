@@ -176,7 +176,7 @@ print(f"worst loss after step {t}: {recovered[t:].max():.3f}  (unguarded: {base[
 # %% tags=["nbval-check-output"]
 rollbacks = [e for e in events if e["kind"] == "rollback"]
 print("first rollback skipped data and kept the LR:", not rollbacks[0]["repeat"])
-print("the guard acted before the unguarded run's spike step:", rollbacks[0]["step"] <= t)
+print("the guard acted no later than the unguarded run's spike step:", rollbacks[0]["step"] <= t)
 print("more than one rollback (it came back on other batches):", len(rollbacks) > 1)
 print("then an LR cut:", any(e["kind"] == "lr_cut" for e in events))
 print("all", STEPS, "steps done, every loss finite:",
@@ -363,8 +363,8 @@ print("with the embedding LayerNorm: no 20x jump in", STEPS, "steps:",
       largest_jump(with_ln) < 20)
 
 # %% [markdown]
-# The embedding LayerNorm shrinks the spike to a bump of a few x (its size varies with
-# the CPU, as the spike's step does). One run, one seed: it is a lead, as the
+# The embedding LayerNorm shrinks the spike to a bump far below the unguarded one (its
+# size varies with the CPU, as the spike's step does). One run, one seed: it is a lead, as the
 # chronicles' list is, not a proof.
 #
 # ## 5. OLMo 2: eight changes for stability

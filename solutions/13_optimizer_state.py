@@ -207,7 +207,7 @@ print("the LR falls at the restart, then climbs above where it was:",
       lr[130] < lr[129] < lr[149])
 print("the loss peaks 15-30 steps after the restart:", 145 <= peak <= 160)
 print("the peak is more than 5x the loss before:",
-      loss_reset[peak] > 6 * np.median(loss_reset[120:130]))
+      loss_reset[peak] > 5 * np.median(loss_reset[120:130]))
 
 # %% [markdown]
 # The signature differs from section 1: the spike comes late, about 20 steps after the

@@ -101,10 +101,13 @@ def test_there_are_notebooks():
 
 
 def _make_variable(name: str) -> str:
-    """A Makefile variable as `make` expands it on this machine."""
+    """A Makefile variable as the Makefile defines it on this machine (not as a command
+    line like `make test OTHER_KERNELS=` overrode it for the make running this test)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MAKEOVERRIDES", "MFLAGS", "MAKELEVEL", name)}
     out = subprocess.run(["make", "-s", "--no-print-directory", "-f", "Makefile", "-f", "-",
                           "print"], input=f"print:\n\t@echo $({name})\n", text=True,
-                         capture_output=True, cwd=ROOT, check=True)
+                         capture_output=True, cwd=ROOT, check=True, env=env)
     return out.stdout.strip()
 
 

@@ -238,9 +238,9 @@ def test_zclip_lowers_the_lr_jump_spike():
 @pytest.mark.slow
 def test_softcap_turns_high_lr_overflow_into_a_finite_run():
     """high_lr's fp16 attention scores pass 65504 (inf) around step 30 (29-32 on six CPU
-    kernel paths of one machine, 32-37 on another); capped at 50, tanh(inf) is 1 and the scores stay finite: no
-    NaN. The LR is still 40x too high, so the matrix cell is "not cured" (a finite
-    divergence), the lesson of AMP off (claim W3)."""
+    kernel paths of one machine, 32-37 on another); capped at 50, tanh(inf) is 1 and the
+    scores stay finite: no NaN. The LR is still 40x too high, so the matrix cell is "not
+    cured" (a finite divergence), the lesson of AMP off (claim W3)."""
     bad = run_fault("high_lr", stop_when_poisoned=True).first_bad_step
     assert bad is not None and 20 <= bad <= 50, bad
     capped = run_fault("high_lr", fixes=["softcap"], callbacks=[until(bad + 10)])

@@ -70,12 +70,8 @@ def worker(names: list[str]) -> None:
 
 
 def main() -> None:
-    names = [a for a in sys.argv[1:] if not a.startswith("-") and "," not in a
-             and not a.isdigit()]
+    names = sys.argv[1:]
     paths = kernel_paths()
-    if "--paths" in sys.argv:  # --paths 0,2: only those rows of the list
-        keep = sys.argv[sys.argv.index("--paths") + 1].split(",")
-        paths = [paths[int(i)] for i in keep]
 
     def run(path):
         label, env = path

@@ -92,21 +92,25 @@ class _Calls(TorchFunctionMode):
         return out
 
 
-def _first_nonfinite_call(run: faults.FaultRun):
-    """Replay the bad step's forward and loss (the GradScaler skipped its update, so the
-    weights are still those of that step) and return the first call that made inf/NaN."""
+def _replay_bad_step(run: faults.FaultRun, probe: TorchFunctionMode) -> None:
+    """Replay the bad step's forward and loss under ``probe`` (the GradScaler skipped its
+    update, so the weights are still those of that step)."""
     trainer = run.trainer
     row = run.record.steps[run.first_bad_step]
-    batch = to_device(trainer.batches(row["batch"]), trainer.device,
-                             trainer.input_dtype)
-    probe = _Calls(trainer.device.type)
+    batch = to_device(trainer.batches(row["batch"]), trainer.device, trainer.input_dtype)
     with torch.no_grad(), trainer.autocast(), probe:
         trainer.loss_fn(trainer.model, batch)
+
+
+def _first_nonfinite_call(run: faults.FaultRun):
+    """The first call of the bad step's replay that made inf/NaN."""
+    probe = _Calls(run.trainer.device.type)
+    _replay_bad_step(run, probe)
     return next((c for c in probe.calls if c[-1]), None)
 
 
-# Python-level names of CUDA's listed ops that reach a TorchFunctionMode under another name
-_ALIASES = {"__matmul__": "matmul", "__rmatmul__": "matmul", "cross_entropy": "log_softmax"}
+# cross_entropy reaches a TorchFunctionMode whole; CUDA autocast runs its log_softmax in fp32
+_ALIASES = {"cross_entropy": "log_softmax"}
 
 
 class _CudaAutocast(TorchFunctionMode):
@@ -143,14 +147,10 @@ class _CudaAutocast(TorchFunctionMode):
 
 
 def _under_cuda_autocast(run: faults.FaultRun):
-    """Replay the bad step's forward and loss under CUDA's autocast policy: the first
-    (op, dtype) that made +inf or NaN, or None if the step stays finite there."""
-    trainer = run.trainer
-    row = run.record.steps[run.first_bad_step]
-    batch = to_device(trainer.batches(row["batch"]), trainer.device, trainer.input_dtype)
-    probe = _CudaAutocast(trainer.device.type)
-    with torch.no_grad(), trainer.autocast(), probe:
-        trainer.loss_fn(trainer.model, batch)
+    """The bad step under CUDA's autocast policy: the first (op, dtype) that made +inf or
+    NaN, or None if the step stays finite there."""
+    probe = _CudaAutocast(run.trainer.device.type)
+    _replay_bad_step(run, probe)
     return probe.first
 
 

@@ -468,6 +468,13 @@ practice("12-palm-replay")
 practice("12-skip-came-back")
 
 # %% [markdown]
+# Why a guard's recipe can hurt: the next question replays section 2's one-step LR
+# glitch.
+
+# %%
+practice("12-leave-it-alone")
+
+# %% [markdown]
 # ## Summary
 # - A spike from one state and not from an earlier one, on the same batches, points at
 #   the state; PaLM also needed the data, the toy did not.

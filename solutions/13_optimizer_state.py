@@ -479,6 +479,13 @@ practice("13-fresh-adam-first-step")
 practice("13-which-state-was-lost")
 
 # %% [markdown]
+# Section 4's signature has no restart in it at all: the last question asks which
+# evidence names it.
+
+# %%
+practice("13-mystery-wake-up")
+
+# %% [markdown]
 # ## Summary
 # - A fresh AdamW's first update is `lr · sign(g)` on every weight (bias correction):
 #   a resume without the optimizer state spikes one step after the restart.

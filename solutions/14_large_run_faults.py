@@ -375,6 +375,26 @@ practice("14-mean-of-means-weight")
 practice("14-transient-or-data")
 
 # %% [markdown]
+# A junk shard passes every id and number check (section 2): which evidence does point
+# at it?
+
+# %%
+practice("14-mystery-junk-shard")
+
+# %% [markdown]
+# An accumulation loop can make a NaN out of a batch the check passes (section 4): which
+# evidence says so?
+
+# %%
+practice("14-mystery-empty-micro-batch")
+
+# %% [markdown]
+# Why a flipped bit is transient, in numbers: section 5's bit layout on one value.
+
+# %%
+practice("14-bit-flip-value")
+
+# %% [markdown]
 # ## Summary
 # - An id past the vocabulary crashes plain PyTorch; vocabulary-parallel layers mask
 #   it into a silent spike. Check ids against every `nn.Embedding` (`validate_data`).

@@ -170,3 +170,96 @@ def test_grade_of_a_wrong_kind_is_wrong_with_what_is_expected(single, several):
     fb = several.grade([0, "inf - inf", None, 1.5])
     assert not fb.correct and fb.message.startswith("Not an option here: None, 1.5.")
     assert not OrderingQuestion("sop-order", "?", SOP).grade({"data": 1}).correct
+
+
+def test_option_reasons_of_the_wrong_length_are_refused():
+    with pytest.raises(QuizError, match=r"^q: why has 1 reason\(s\) for 2 options; give one "
+                                        r"string per option, in the same order, or none$"):
+        MultipleChoiceQuestion("q", "?", ["a", "b"], 0, why=["only one"])
+    with pytest.raises(QuizError, match="family_why has 3 reason"):
+        RootCauseQuestion("q", "?", ["a", "b"], "a", ["e1", "e2"], ["e1"],
+                          family_why=["x", "y", "z"])
+    with pytest.raises(QuizError, match="why has 1 reason"):
+        RootCauseQuestion("q", "?", ["a", "b"], "a", ["e1", "e2"], ["e1"], why=["x"])
+
+
+def test_a_wrong_pick_shows_its_reason_and_a_missed_answer_only_on_reveal():
+    q = MultipleChoiceQuestion("fp16-max", "Largest fp16?", ["65504", "65536", "1e4"], 0,
+                               why=["Section 1: 10 mantissa bits.", "2**16 rounds to inf.",
+                                    "Far below the top."])
+    wrong = q.grade(1)
+    assert wrong.details == ["Why not: 2**16 rounds to inf."]
+    assert "65504" not in wrong.text()  # a wrong try is not handed the answer
+    revealed = q.grade(1, reveal=True).text()
+    assert "The answer: '65504'. Why: Section 1: 10 mantissa bits." in revealed
+    several = MultipleChoiceQuestion("nan", "NaN?", ["inf - inf", "1 / 0", "0 / 0"], [0, 2],
+                                     why=["Two infinities.", "+inf, not NaN.", "No value."])
+    fb = several.grade([0, 1])
+    assert "should not be picked: 1 / 0. Why: +inf, not NaN." in fb.details
+    assert "missed: 1 more right answer(s) not picked" in fb.details
+    assert "missed: 0 / 0. Why: No value." in several.grade([0, 1], reveal=True).details
+    text = several.answer_text()
+    assert "- '1 / 0' (wrong): +inf, not NaN." in text.splitlines()
+
+
+def test_a_root_cause_wrong_family_and_evidence_show_their_reasons():
+    q = RootCauseQuestion("m", "Why?", ["data", "lr"], "data", ["NaN in x", "lr high", "fp32"],
+                          ["NaN in x"], why=["The bad value.", "It would climb first.",
+                                             "Clears, does not point."],
+                          family_why=["The batch holds it.", "No climb before it."])
+    fb = q.grade("lr", ["lr high"])
+    assert "fault family: 'lr' is not it. Why: No climb before it." in fb.details
+    assert "evidence should not be picked: lr high. Why: It would climb first." in fb.details
+    assert "NaN in x" not in fb.text() and "The batch holds it" not in fb.text()
+    shown = q.grade("lr", ["lr high"], reveal=True).details
+    assert "the family is 'data'. Why: The batch holds it." in shown
+    assert "evidence missed: NaN in x. Why: The bad value." in shown
+    assert "- 'fp32' (does not): Clears, does not point." in q.answer_text().splitlines()
+
+
+def shipped_with_options():
+    from nanlab.course import questions
+
+    for qid in questions.ids():
+        q = questions.question(qid)
+        if isinstance(q, MultipleChoiceQuestion):
+            right = [q.options[i] for i in q.answers]
+            yield qid, list(zip(q.options, q.why or [""] * len(q.options), strict=True)), \
+                {q.options[i] for i in q.answers}, right
+        elif isinstance(q, RootCauseQuestion):
+            pairs = list(zip(q.evidence, q.why or [""] * len(q.evidence), strict=True))
+            pairs += list(zip(q.families, q.family_why or [""] * len(q.families), strict=True))
+            yield qid, pairs, {*q.supporting, q.answer}, [q.answer, *q.supporting]
+
+
+def test_every_option_of_every_shipped_question_has_a_reason():
+    checked = 0
+    for qid, pairs, _, _ in shipped_with_options():
+        empty = [option for option, reason in pairs if not reason.strip()]
+        assert not empty, f"{qid}: no reason for {empty}"
+        checked += 1
+    assert checked >= 30
+
+
+def test_a_shipped_wrong_option_s_reason_does_not_name_a_right_one():
+    """A wrong pick's reason is shown at once: it must not hand over the answer."""
+    for qid, pairs, right_set, right in shipped_with_options():
+        for option, reason in pairs:
+            if option not in right_set:
+                named = [r for r in right if r in reason]
+                assert not named, f"{qid}: the reason for {option!r} names {named}"
+
+
+def test_the_widget_shows_a_wrong_pick_s_reason_and_after_show_answer_the_right_one():
+    from nanlab.course.widgets import MultipleChoice
+
+    q = MultipleChoice("w-why", "Largest fp16?", ["65504", "65536"], 0,
+                       why=["Ten mantissa bits.", "Two to the sixteenth."])
+    q.choices.value = "65536"
+    q.check_button.click()
+    assert "Why not: Two to the sixteenth." in q.feedback.value
+    assert "Ten mantissa bits" not in q.feedback.value
+    q.answer_button.click()
+    assert "Ten mantissa bits." in q.answer_area.value and "<br>" in q.answer_area.value
+    q.check_button.click()
+    assert "The answer: &#x27;65504&#x27;. Why: Ten mantissa bits." in q.feedback.value

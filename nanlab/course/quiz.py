@@ -97,13 +97,45 @@ def _check_options(qid: str, name: str, options: Sequence[str]) -> None:
         raise QuizError(f"{qid}: {name} has duplicates: {list(options)}")
 
 
-def _pick_score(picked: set[int], right: set[int], options: Sequence[str]) -> tuple[float, list]:
-    """Partial credit for a multiple-answer pick: (right picks - wrong picks) / right answers."""
+def _check_why(qid: str, name: str, why: Sequence[str], options: Sequence[str],
+               what: str) -> list[str]:
+    """The per-option reasons as a list: none at all, or one string per option, in order."""
+    if isinstance(why, str):
+        why = [why]
+    why = list(why)
+    if why and (len(why) != len(options) or not all(isinstance(w, str) for w in why)):
+        raise QuizError(f"{qid}: {name} has {len(why)} reason(s) for {len(options)} {what}; "
+                        f"give one string per {what[:-1]}, in the same order, or none")
+    return why
+
+
+def _because(text: str, reason: str) -> str:
+    """A detail line with its reason, when there is one."""
+    return f"{text}. Why: {reason}" if reason else text
+
+
+def _reasons(labels: Sequence[str], options: Sequence[str], why: Sequence[str]) -> list[str]:
+    """One line per option: its text, right or wrong, and why (for ``answer_text``)."""
+    return [f"- '{o}' ({label}): {w}" for o, label, w in zip(options, labels, why, strict=True)
+            if w]
+
+
+def _pick_score(picked: set[int], right: set[int], options: Sequence[str],
+                why: Sequence[str] = (), reveal: bool = False) -> tuple[float, list]:
+    """Partial credit for a multiple-answer pick: (right picks - wrong picks) / right answers.
+
+    A wrong pick comes with its reason (``why``, one per option, may be empty). A missed
+    right answer is counted, not named, unless ``reveal``: then it is named with its reason.
+    """
     hits, wrong, missed = picked & right, picked - right, right - picked
     score = max(0.0, (len(hits) - len(wrong)) / len(right))
+    reason = (lambda i: why[i]) if why else (lambda i: "")
     details = [f"right: {options[i]}" for i in sorted(hits)]
-    details += [f"should not be picked: {options[i]}" for i in sorted(wrong)]
-    if missed:  # counted, not named: naming them would give the answer away
+    details += [_because(f"should not be picked: {options[i]}", reason(i))
+                for i in sorted(wrong)]
+    if missed and reveal:
+        details += [_because(f"missed: {options[i]}", reason(i)) for i in sorted(missed)]
+    elif missed:  # counted, not named: naming them would give the answer away
         details.append(f"missed: {len(missed)} more right answer(s) not picked")
     return score, details
 
@@ -175,9 +207,18 @@ class MultipleChoiceQuestion:
     ``answers`` are option indices. With several right answers, credit is partial:
     (right picks - wrong picks) / number of right answers, never below 0.
 
-    >>> q = MultipleChoiceQuestion("fp16-max", "Largest finite fp16?", ["65504", "65536"], [0])
+    ``why`` (optional) gives each option's reason, one string per option in the same
+    order: why it is right or why it is wrong, pointing at the lab section that shows it.
+    A wrong pick's reason is in the feedback at once; a right answer that was not picked
+    is named with its reason only when ``grade(..., reveal=True)`` (after the tries, see
+    ``REVEAL_AFTER``). ``answer_text`` gives every reason.
+
+    >>> q = MultipleChoiceQuestion("fp16-max", "Largest finite fp16?", ["65504", "65536"], [0],
+    ...                            why=["(2 - 2**-10) * 2**15.", "2**16: one step too far."])
     >>> q.grade(0).correct
     True
+    >>> q.grade(1).details
+    ['Why not: 2**16: one step too far.']
     """
 
     qid: str
@@ -187,10 +228,12 @@ class MultipleChoiceQuestion:
     explanation: str = ""
     hints: Sequence[str] = ()
     multiple: bool | None = None  # None: several answers means pick-several
+    why: Sequence[str] = ()  # one reason per option, in order; () for none
 
     def __post_init__(self) -> None:
         _check_qid(self.qid)
         _check_options(self.qid, "options", self.options)
+        self.why = _check_why(self.qid, "why", self.why, self.options, "options")
         self.answers = [self.answers] if isinstance(self.answers, int) else list(self.answers)
         bad = [a for a in self.answers if not (isinstance(a, int) and 0 <= a < len(self.options))]
         if not self.answers or bad:
@@ -203,11 +246,14 @@ class MultipleChoiceQuestion:
         if not self.multiple and len(self.answers) > 1:
             raise QuizError(f"{self.qid}: multiple=False but {len(self.answers)} answers given")
 
-    def grade(self, selection: int | str | Sequence[int | str] | None) -> Feedback:
+    def grade(self, selection: int | str | Sequence[int | str] | None,
+              reveal: bool = False) -> Feedback:
         """Grade an option index or text, or (pick-several) a list of them; never raises.
 
         An answer of the wrong kind (a float, a dict, bytes...) is feedback saying what
-        kind is expected, scored as wrong.
+        kind is expected, scored as wrong. A wrong pick's reason (``why``) is in the
+        details; ``reveal=True`` (after the tries) also names each missed right answer
+        with its reason.
 
         >>> q = MultipleChoiceQuestion("nan", "NaN?", ["inf - inf", "1 / 0", "0 / 0"], [0, 2])
         >>> q.grade(2.5).message
@@ -229,9 +275,15 @@ class MultipleChoiceQuestion:
                 return Feedback(False, 0.0, "Pick only one option for this question.", False)
             if picked == right:
                 return Feedback(True, 1.0, _join("Right.", self.explanation))
-            chosen = self.options[next(iter(picked))]
-            return Feedback(False, 0.0, f"Not quite: '{chosen}' is not the answer. Try again.")
-        score, details = _pick_score(picked, right, self.options)
+            pick = next(iter(picked))
+            details = [f"Why not: {self.why[pick]}"] if self.why and self.why[pick] else []
+            if reveal:
+                answer = self.answers[0]
+                details.append(_because(f"The answer: '{self.options[answer]}'",
+                                        self.why[answer] if self.why else ""))
+            message = f"Not quite: '{self.options[pick]}' is not the answer. Try again."
+            return Feedback(False, 0.0, message, True, details)
+        score, details = _pick_score(picked, right, self.options, self.why, reveal)
         if picked == right:
             return Feedback(True, 1.0, _join("Right: all of them.", self.explanation), True)
         n_hit = len(picked & right)
@@ -242,10 +294,13 @@ class MultipleChoiceQuestion:
         return Feedback(False, score, message, True, details)
 
     def answer_text(self) -> str:
-        """The right answer and why, for after the tries (see ``REVEAL_AFTER``)."""
+        """The right answer and why, then each option's reason on a line of its own, for
+        after the tries (see ``REVEAL_AFTER``)."""
         right = "; ".join(f"'{self.options[i]}'" for i in self.answers)
-        return _join(f"The answer{'s' if len(self.answers) > 1 else ''}: {right}.",
+        labels = ["right" if i in self.answers else "wrong" for i in range(len(self.options))]
+        head = _join(f"The answer{'s' if len(self.answers) > 1 else ''}: {right}.",
                      self.explanation)
+        return "\n".join([head, *_reasons(labels, self.options, self.why)])
 
     def _how(self) -> str:
         last = len(self.options) - 1
@@ -330,6 +385,10 @@ class RootCauseQuestion:
     Both parts are graded: half the score for the family, half for the evidence (partial
     credit as in a pick-several multiple choice). Right means both parts fully right.
 
+    ``why`` (optional, one string per evidence item) and ``family_why`` (one per family)
+    say why each supports the cause or not, as ``MultipleChoiceQuestion.why`` does: a wrong
+    pick's reason at once, a missed one's only with ``reveal=True``, all in ``answer_text``.
+
     >>> q = RootCauseQuestion("m1", "Why?", ["data", "lr"], "data", ["nan in x", "lr high"],
     ...                       ["nan in x"])
     >>> q.grade("data", ["nan in x"]).correct
@@ -344,11 +403,16 @@ class RootCauseQuestion:
     supporting: Sequence[str]
     explanation: str = ""
     hints: Sequence[str] = ()
+    why: Sequence[str] = ()  # one reason per evidence item, in order; () for none
+    family_why: Sequence[str] = ()  # one reason per family, in order; () for none
 
     def __post_init__(self) -> None:
         _check_qid(self.qid)
         _check_options(self.qid, "families", self.families)
         _check_options(self.qid, "evidence", self.evidence)
+        self.why = _check_why(self.qid, "why", self.why, self.evidence, "evidence items")
+        self.family_why = _check_why(self.qid, "family_why", self.family_why, self.families,
+                                     "families")
         if self.answer not in self.families:
             raise QuizError(
                 f"{self.qid}: answer={self.answer!r} is not one of families {list(self.families)}"
@@ -360,8 +424,12 @@ class RootCauseQuestion:
                 f"of evidence {list(self.evidence)}"
             )
 
-    def grade(self, family: str | None, evidence: Sequence[str] | None) -> Feedback:
+    def grade(self, family: str | None, evidence: Sequence[str] | None,
+              reveal: bool = False) -> Feedback:
         """Grade the chosen family and the list of evidence picked for it; never raises.
+
+        A wrong family or a wrong pick comes with its reason; ``reveal=True`` (after the
+        tries) also names the right family and the missed evidence, with their reasons.
 
         >>> q = RootCauseQuestion("m1", "Why?", ["data", "lr"], "data", ["nan in x", "lr high"],
         ...                       ["nan in x"])
@@ -388,14 +456,20 @@ class RootCauseQuestion:
             return Feedback(False, 0.0, message, False)
         right_family = family == self.answer
         right = {self.evidence.index(s) for s in self.supporting}
+        family_reason = (dict(zip(self.families, self.family_why, strict=True))
+                         if self.family_why else {})
         details = [
             "fault family: " + ("right" if right_family else "not picked" if not family
-                                else f"'{family}' is not it")
+                                else _because(f"'{family}' is not it",
+                                              family_reason.get(family, "")))
         ]
-        if picked:
-            ev_score, ev_details = _pick_score(picked, right, self.evidence)
+        if reveal and not right_family:
+            details.append(_because(f"the family is '{self.answer}'",
+                                    family_reason.get(self.answer, "")))
+        if picked or reveal:
+            ev_score, ev_details = _pick_score(picked, right, self.evidence, self.why, reveal)
             details += ["evidence " + d for d in ev_details]
-        else:
+        if not picked:
             ev_score = 0.0
             details.append("evidence: none picked; pick what in the run points to the cause")
         score = 0.5 * right_family + 0.5 * ev_score
@@ -410,9 +484,15 @@ class RootCauseQuestion:
         return Feedback(False, score, message, True, details)
 
     def answer_text(self) -> str:
-        """The family, the evidence that supports it, and why."""
+        """The family, the evidence that supports it, and why; then each family's and each
+        evidence item's reason on a line of its own."""
         evidence = "; ".join(self.supporting)
-        return _join(f"The family: {self.answer}. The evidence: {evidence}.", self.explanation)
+        head = _join(f"The family: {self.answer}. The evidence: {evidence}.", self.explanation)
+        families = ["the family" if f == self.answer else "not it" for f in self.families]
+        supports = ["supports it" if e in self.supporting else "does not"
+                    for e in self.evidence]
+        return "\n".join([head, *_reasons(families, self.families, self.family_why),
+                          *_reasons(supports, self.evidence, self.why)])
 
     def _how(self) -> str:
         return f"Answer the evidence with a list of evidence texts, like {self._example()}"

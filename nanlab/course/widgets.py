@@ -105,7 +105,7 @@ class QuestionWidget:
         """Show the right answer on request; the progress file notes it was shown."""
         self.answer_shown = True
         text = self.question.answer_text()
-        self.answer_area.value = f"<div>&#128273; {html.escape(text)}</div>"
+        self.answer_area.value = f"<div>&#128273; {_lines(text)}</div>"
         progress.record(self.lab, self.qid, correct=False, answered=False, kind="question",
                         hints_used=self.hints.revealed, answer_shown=True)
 
@@ -113,6 +113,12 @@ class QuestionWidget:
         text = self.hints.next()
         shown = self.hint_area.value
         self.hint_area.value = shown + f"<div>&#128161; {html.escape(text)}</div>"
+
+    def _reveal(self) -> dict[str, bool]:
+        """``reveal=True`` for the grader once the answer was shown (then a missed right
+        option is named with its reason); before that, nothing (a wrong try is told what is
+        wrong, and the third one gets ``answer_text`` with every reason)."""
+        return {"reveal": True} if self.answer_shown else {}
 
     def feedback_text(self) -> str:
         """The last feedback as plain text ('' before the first Check)."""
@@ -140,9 +146,10 @@ class MultipleChoice(QuestionWidget):
         explanation: str = "",
         hints: Sequence[str] = (),
         lab: str | None = None,
+        why: Sequence[str] = (),
     ):
         self._setup(MultipleChoiceQuestion(qid, question, list(options), answers, explanation,
-                                           hints), lab)
+                                           hints, why=tuple(why)), lab)
 
     def _setup(self, q: MultipleChoiceQuestion, lab: str | None) -> None:
         if q.multiple:
@@ -156,8 +163,10 @@ class MultipleChoice(QuestionWidget):
 
     def _grade(self) -> Feedback:
         if self.question.multiple:
-            return self.question.grade([i for i, b in enumerate(self.boxes) if b.value])
-        return self.question.grade(self.choices.value)
+            picked: Any = [i for i, b in enumerate(self.boxes) if b.value]
+        else:
+            picked = self.choices.value
+        return self.question.grade(picked, **self._reveal())
 
 
 class Ordering(QuestionWidget):
@@ -217,9 +226,12 @@ class RootCause(QuestionWidget):
         explanation: str = "",
         hints: Sequence[str] = (),
         lab: str | None = None,
+        why: Sequence[str] = (),
+        family_why: Sequence[str] = (),
     ):
         self._setup(RootCauseQuestion(qid, question, list(families), answer, list(evidence),
-                                      list(supporting), explanation, hints), lab)
+                                      list(supporting), explanation, hints, tuple(why),
+                                      tuple(family_why)), lab)
 
     def _setup(self, q: RootCauseQuestion, lab: str | None) -> None:
         self.family = w.RadioButtons(options=list(q.families), value=None, layout=_WIDE)
@@ -231,7 +243,7 @@ class RootCause(QuestionWidget):
 
     def _grade(self) -> Feedback:
         picked = [e for e, b in zip(self.question.evidence, self.boxes, strict=True) if b.value]
-        return self.question.grade(self.family.value, picked)
+        return self.question.grade(self.family.value, picked, **self._reveal())
 
 
 class FreeText(QuestionWidget):
@@ -293,6 +305,11 @@ def _render(fb: Feedback) -> str:
     """Feedback as HTML: a coloured verdict line, then the details as a list."""
     color = "#1a7f37" if fb.correct else ("#9a6700" if fb.answered else "#555")
     mark = "&#10004;" if fb.correct else ("&#10008;" if fb.answered else "&#8230;")
-    items = "".join(f"<li>{html.escape(d)}</li>" for d in fb.details)
+    items = "".join(f"<li>{_lines(d)}</li>" for d in fb.details)
     details = f"<ul style='margin:2px 0'>{items}</ul>" if items else ""
     return f"<div style='color:{color}'>{mark} {html.escape(fb.message)}</div>{details}"
+
+
+def _lines(text: str) -> str:
+    """Plain text as HTML, its line breaks kept (``answer_text`` puts one reason a line)."""
+    return html.escape(text).replace("\n", "<br>")

@@ -23,6 +23,14 @@ QUESTIONS = [
         explanation="A healthy init gives near-uniform predictions, so the first loss is "
         "about ln(vocab_size). Much higher means over-confident wrong logits: a bad init.",
         hints=["What loss does a model get that gives each of 32 tokens probability 1/32?"],
+        why=["Section 3: an untrained model spreads its guess evenly over the tokens, so "
+             "its first loss is ln(vocab_size); the clean run starts exactly there.",
+             "The loss of step 0 is computed before any update, so the LR has acted on "
+             "nothing yet; and this value is what a healthy start gives.",
+             "Section 2: every batch masks its first target with -100, and masked "
+             "positions are left out of the mean: they do not set its value.",
+             "Section 5: the same seed gives the same first loss to the last bit, and its "
+             "size is set by the init: a far higher one says the init is wrong."],
     ),
     OrderingQuestion(
         "00-sop-order",
@@ -30,11 +38,16 @@ QUESTIONS = [
         ["check the data of the bad step", "turn mixed precision (AMP) off",
          "divide the learning rate by 10", "read the per-layer gradient norms",
          "check the init scale and the norm eps"],
-        explanation="Data first: one look at one batch, and dirty data is common. Then "
-        "two one-line config changes (AMP off, LR / 10). Then reading the grad-norm "
-        "history, and last the model's own numerics (init, eps).",
+        explanation="Each step removes a class of causes, in the order of how common the "
+        "class is and how cheap it is to rule out. Data first: one look at one batch, and "
+        "dirty data is common. Then two one-line controlled replays (AMP off, LR / 10) that "
+        "clear or convict precision and the LR. Then the grad-norm history: free to read, "
+        "but a climb is also what a too-high LR or a growing overflow produce, so it names "
+        "a cause of its own only once those are cleared. Last the model's own numbers "
+        "(init, eps), the rarest class.",
         hints=["The first step needs no new run at all: just the batch of the bad step.",
-               "Config switches you can flip in one line come before reading histories."],
+               "Each replay clears a whole class of causes; a climbing grad norm means the "
+               "most once the LR and precision are cleared."],
     ),
     RootCauseQuestion(
         "00-mystery-preview",
@@ -53,6 +66,22 @@ QUESTIONS = [
         "point at the data; the first loss of 3.47 only says the init was fine.",
         hints=["Which evidence would be different if the data were clean?",
                "A rising grad norm before the NaN would suggest a different family."],
+        why=["Healthy until one step, with nothing growing before it, is the signature of "
+             "one bad batch (Lab 02, section 2).",
+             "Section 2: the float feature is where dirty data enters; a NaN in the batch "
+             "is the first bad number the step sees.",
+             "A climb over ten steps is the signature of a too-high LR or an explosion "
+             "(Labs 03 and 05), not of one bad batch: it would point elsewhere.",
+             "fp32 rules out an fp16 overflow, but it says nothing for the data: it clears, "
+             "it does not point.",
+             "Section 3: ln(32), a healthy start; it clears the init and points at nothing."],
+        family_why=["A healthy run broken at one step, with a NaN in that step's batch "
+                    "(Lab 02).",
+                    "A too-high LR shows a climb before the NaN (Lab 03); this loss was "
+                    "smooth up to step 39.",
+                    "The run is fp32: nothing it computes is limited to 65504.",
+                    "A bad init shows from step 0 (Lab 05, section 2); the first loss here "
+                    "was the healthy ln(32)."],
     ),
     FreeTextQuestion(
         "00-why-determinism",

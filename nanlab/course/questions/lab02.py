@@ -18,6 +18,15 @@ QUESTIONS = [
         explanation="A too-high LR moves the first NaN (usually later) when lowered; a "
         "first NaN pinned to one step, unchanged by the LR, points at that step's batch.",
         hints=["If the updates were too big, would smaller updates fail at the same step?"],
+        why=["Section 5's matrix: LR / 10 leaves nan_input non-finite at step 40. A cause in "
+             "the updates moves when they shrink; a cause in the batch stays with it.",
+             "A too-high LR moves the first NaN when lowered (usually later); one that stays "
+             "at exactly the same step is not about the size of the updates.",
+             "Nothing here points at precision: a NaN pinned to one step, with a healthy "
+             "curve before it, points at that step's input (section 2), and the SOP checks "
+             "the data before AMP.",
+             "The opposite: the same seed gave the NaN at exactly the same step, so the run "
+             "repeats (Lab 00, section 5)."],
     ),
     MultipleChoiceQuestion(
         "02-which-nan",
@@ -33,6 +42,13 @@ QUESTIONS = [
         "gradients in the built-in loss.",
         hints=["One of these raises an exception instead.",
                "-100 is the default ignore_index."],
+        why=["Section 1: the NaN passes the input projection and attention into the loss.",
+             "Section 3a: a std of 0 makes (x - mean) / std = 0 / 0 for the whole column.",
+             "Section 3b: a mean over no target is 0 / 0, a NaN loss (with zero gradients "
+             "in the built-in loss).",
+             "Section 3c: PyTorch raises IndexError: loud, not NaN.",
+             "Section 3c: -100 is the default ignore_index, so those positions are dropped "
+             "silently and the loss stays finite."],
     ),
     RootCauseQuestion(
         "02-mystery-stuck",
@@ -50,13 +66,34 @@ QUESTIONS = [
                   "the raw files of batch 1,730 contain no NaN"],
         supporting=["the grad norm was flat around 1 up to step 1,729",
                     "locate: the first NaN is made by aten.div in the data pass",
-                    "one numeric column of batch 1,730 has the same value in every row"],
+                    "one numeric column of batch 1,730 has the same value in every row",
+                    "the raw files of batch 1,730 contain no NaN"],
         explanation="A constant column, standardised per batch, is 0 / 0 (section 3a). "
         "The flat grad norm rules out an explosion; the division in the data pass is the "
-        "standardisation. Clean raw files do not clear the data: the NaN is made by the "
-        "pipeline after reading them.",
+        "standardisation; and clean raw files with a NaN made in the data pass say the "
+        "pipeline made it from finite numbers, which is what a stuck column does.",
         hints=["What in the pipeline can divide by zero on finite inputs?",
                "Is 'the raw files are clean' evidence for or against this family?"],
+        why=["Section 2: healthy until one step, then broken at once, with nothing growing "
+             "before it, is the dirty-data signature.",
+             "Section 3a: aten.div in the data pass is the standardisation's division; the "
+             "pipeline made the NaN before the model saw the batch.",
+             "Section 3a: a constant column has a std of 0, so standardising it is 0 / 0.",
+             "So does every healthy run of the course: it separates nothing.",
+             "A healthy start (Lab 00, section 3): it clears the init and points at "
+             "nothing.",
+             "Section 3a: clean raw data with a NaN made in the data pass means the "
+             "pipeline made it; check what the model sees, not only the files."],
+        family_why=["Section 3a: a stuck column standardised by its std of 0 is dirty data "
+                    "the pipeline turns into NaN.",
+                    "A too-high LR climbs before it fails (Lab 03); the grad norm was flat, "
+                    "and the NaN was made in the data pass, before any update.",
+                    "The run is fp32, and an overflow makes inf first; this NaN comes from a "
+                    "division in the data pass.",
+                    "A bad init fails from the first steps (Lab 05); this run trained for "
+                    "1,729 steps from a healthy first loss.",
+                    "A norm's eps acts inside the model (Lab 06); locate put the first NaN "
+                    "in the data pass, before any layer."],
     ),
     FreeTextQuestion(
         "02-what-first",

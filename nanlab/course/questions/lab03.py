@@ -16,6 +16,14 @@ QUESTIONS = [
         explanation="The loss of step t is computed before update t, so it shows the "
         "updates up to t - 1. Look at step 5,000's LR, grad norm and batch.",
         hints=["Is the loss of a step computed before or after that step's update?"],
+        why=["Section 1a: the loss of step t is computed before update t, so a spike at "
+             "step t shows update t - 1: its LR, its gradient and its batch.",
+             "Section 1a: that step's loss was computed before its own update ran, so "
+             "that update cannot have made it.",
+             "A checkpoint is where you restart from, not what broke: the loss was normal "
+             "after it, so the damage came later.",
+             "Warmup ended long before, with normal losses since; the spike points at the "
+             "update just before it (section 1a)."],
     ),
     MultipleChoiceQuestion(
         "03-clip-adamw",
@@ -30,6 +38,14 @@ QUESTIONS = [
         explanation="Clipping rescales the gradient; Adam's m / sqrt(v) is invariant to "
         "a common rescaling. With SGD the answer would be different.",
         hints=["Scale every gradient by 0.01: what happens to m / sqrt(v)?"],
+        why=["Section 4: a factor shared by every step cancels in m / sqrt(v); the matrix "
+             "shows high_lr_adam with grad_clip still not cured.",
+             "That is SGD, whose update is the LR times the gradient (section 4); Adam's "
+             "update does not grow or shrink with the gradient.",
+             "high_lr_adam diverges in fp32, and clipping does not cure it there (section "
+             "4's matrix): precision plays no part.",
+             "clip_grad_norm_ rescales the gradients (section 4, exercise 3); what it "
+             "cannot change is Adam's normalised step."],
     ),
     RootCauseQuestion(
         "03-mystery-fp16",
@@ -52,6 +68,26 @@ QUESTIONS = [
         "score and the halving scale describe the symptom, not the cause.",
         hints=["Which change cured it, and which only removed the NaN?",
                "Does an inf attention score tell you why the score grew?"],
+        why=["It rules out the data (section 2, SOP step 1) but points at nothing.",
+             "Section 2: fp32 removed the NaN and kept the disease: a run that stays far "
+             "above the clean loss is still diverging.",
+             "Section 2: one change, fp16 kept, and the run learns: the size of the "
+             "updates was the cause.",
+             "Section 1c: it says where the growth became visible (a score past 65504), not "
+             "why the score grew.",
+             "The scaler skips and halves while every step overflows (Lab 04, section 3): "
+             "it shows an overflow that repeats, whatever made the values grow.",
+             "A healthy start: it clears the init and points at nothing."],
+        family_why=["The batch of step 26 is clean, and a bad batch fails at its step "
+                    "whatever the LR; LR / 10 cured this run.",
+                    "Section 2: LR / 10 in fp16 trains; fp32 at the same LR stays finite "
+                    "but diverges.",
+                    "Section 2: fp16 is where the divergence became visible; fp32 at the "
+                    "same LR diverges too, and LR / 10 cures it without leaving fp16.",
+                    "The first loss is ln(vocab_size), and the run trained before it "
+                    "failed: the init was fine.",
+                    "A zero eps fails on a constant row at any LR (Lab 06); here lowering "
+                    "the LR cured it."],
     ),
     FreeTextQuestion(
         "03-amp-off-not-proof",

@@ -21,16 +21,18 @@ QUESTIONS = [
          "a gradient turns NaN, the update writes NaN into the weights, the next loss "
          "is NaN"],
         explanation="The climb is visible tens of steps before the first inf (section 1a "
-        "prints how many); the first non-finite numbers are the norm's inf and then Adam's "
-        "v; a NaN gradient, NaN weights and a NaN loss follow, in that order, steps later.",
+        "prints how many); the first non-finite number is the norm's inf, with Adam's v at "
+        "the same step or soon after (section 1b); the entries frozen by an inf in v train "
+        "on silently; a NaN gradient, NaN weights and a NaN loss follow, in that order, "
+        "steps later.",
         hints=["Which of these could a grad-norm monitor see first?"],
     ),
     MultipleChoiceQuestion(
         "05-he-no-norm",
         "He (Kaiming) init, std sqrt(2 / fan_in), in a 6-block residual Transformer "
         "with no LayerNorm. What did the first step look like?",
-        ["a loss of about 1e4 and a grad norm of about 1e6: the forward pass had "
-         "already blown up",
+        ["a loss above 1e4 and a grad norm above 1e6: the forward pass had already "
+         "blown up",
          "a NaN loss at step 0",
          "a normal start near ln(vocab); the problem shows only after many steps",
          "vanishing gradients: a grad norm below 0.1"],
@@ -40,26 +42,51 @@ QUESTIONS = [
         "depth. Finite, but far from a sane start. The 0.02 init is the one with a tiny "
         "gradient; std 1.0 is the one that is NaN at step 0.",
         hints=["Section 4's table: the 6-block rows."],
+        why=["Section 4's table, 6 blocks without LayerNorm: residual blocks add to the "
+             "stream and nothing rescales it, so He's std compounds over the depth; finite, "
+             "but far from ln 32.",
+             "Section 2: that is bad_init, std 1.0, whose last block overflows; He's std "
+             "(about 0.18 for 64 inputs) gives huge but finite values.",
+             "Section 4: a sane start holds with LayerNorm (every scheme below 5 at step 0) "
+             "or with the 0.02 init; without norms He's scale compounds at once.",
+             "Section 4: that is the 0.02 init without LayerNorm, whose blocks barely "
+             "contribute; He's larger std does the opposite."],
     ),
     RootCauseQuestion(
         "05-mystery-stall",
         "Mystery: a new model's loss sits at ln(vocab) for 2,000 steps. No NaN, no inf. "
         "What is the root cause? Tick the evidence that supports it.",
-        ["dirty data", "learning rate too high", "fp16 overflow", "bad init",
-         "dead activations"],
+        ["dirty data", "learning rate too high", "fp16 overflow",
+         "weights initialised too large", "dead activations"],
         answer="dead activations",
-        evidence=["the per-layer grad norm is exactly 0 for every layer before the last MLP",
+        evidence=["the per-layer grad norm is exactly 0 for every layer below the last ReLU",
                   "the MLPs' first-layer biases are all about -10",
-                  "the loss never goes above its starting value",
+                  "the loss curve has no spikes",
                   "the batches are clean",
                   "the run is in fp32"],
-        supporting=["the per-layer grad norm is exactly 0 for every layer before the last MLP",
+        supporting=["the per-layer grad norm is exactly 0 for every layer below the last ReLU",
                     "the MLPs' first-layer biases are all about -10"],
         explanation="Exact zeros are the fingerprint of a dead ReLU (its slope is 0 for "
         "negative inputs); a bias of -10 makes every input negative. A high LR or bad "
         "data would not give exact zeros; clean batches and fp32 only rule things out.",
         hints=["A small gradient and a zero gradient are different findings.",
                "What does ReLU do to the gradient of a negative input?"],
+        why=["Section 5a: grey cells, exact zeros: ReLU's slope is 0 for a negative input, "
+             "so no gradient passes it to the layers below.",
+             "Section 5a: a bias of -10 makes every ReLU input negative and every output 0.",
+             "A stall has no spikes, and neither do many healthy runs: it separates "
+             "nothing.",
+             "It rules out the data but points at nothing.",
+             "It rules out an fp16 overflow but points at nothing."],
+        family_why=["Bad data makes a NaN or a spike at its step (Lab 02); these batches are "
+                    "clean and the loss simply never moves.",
+                    "A too-high LR moves the weights too far (Lab 03); here exact zero "
+                    "gradients move nothing at all.",
+                    "The run is fp32 and nothing is non-finite: no value came near a limit.",
+                    "Too large an init blows up the forward pass (sections 2 and 4); here "
+                    "the ReLU outputs are zeros, not large values.",
+                    "Section 5a: ReLUs whose input is always negative output 0 and pass no "
+                    "gradient: a stall at ln(vocab), no NaN."],
     ),
     FreeTextQuestion(
         "05-deep-nan-interview",
@@ -114,5 +141,13 @@ QUESTIONS = [
         "only because those weights are larger, and still above 1. A head start, not a "
         "shield: fine-tunes use a smaller LR and warmup.",
         hints=["Section 6c: compare the distances moved first, then the ratios."],
+        why=["Section 6c: on every seed both starts moved about the same distance, and the "
+             "pretrained weights by more than their own size.",
+             "Section 6c: AdamW moves each weight by about the LR per step whatever the "
+             "start, so the distance is set by the LR and the step count, not the start.",
+             "Section 6c: no run of the fine-tune made a non-finite loss; the harm is "
+             "silent displacement, not a NaN.",
+             "Section 6c: relative to its size the random init moved further: the "
+             "pretrained weights are larger, so the same distance is a smaller ratio."],
     ),
 ]

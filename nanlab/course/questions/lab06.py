@@ -23,6 +23,13 @@ QUESTIONS = [
         explanation="fp16's smallest positive value is about 6e-8; 1e-8 becomes exactly 0. "
         "F.layer_norm would give zeros: it computes the statistics in fp32.",
         hints=["What is torch.tensor(1e-8, dtype=torch.float16)?"],
+        why=["Section 1's table: in fp16 1e-8 rounds to exactly 0 (the smallest positive "
+             "fp16 is about 6e-8), so the zero row computes 0 / sqrt(0).",
+             "eps keeps the denominator positive only if the dtype can hold it; section 1's "
+             "table shows the manual fp16 norm fail for eps 1e-12 and 1e-8.",
+             "The numerator is 0 too, and 0 over 0 is not an infinity (Lab 01, section 4).",
+             "The row is zeros already; the row-zeroing trap of section 1 is a variance "
+             "past 65504, a row of large values, the opposite case."],
     ),
     MultipleChoiceQuestion(
         "06-attn-overflow-fixes",
@@ -40,6 +47,17 @@ QUESTIONS = [
         "is in the forward pass (the run above had one).",
         hints=["Which of these touches the attention scores or the exp that overflows?",
                "Did the softmax_overflow run have a GradScaler?"],
+        why=["Sections 3 and 5: subtracting the row max keeps every exp at most 1; the "
+             "stable_softmax run stayed finite while its scores passed 11.09 several times "
+             "over.",
+             "Section 5: QK-LayerNorm kept every score below 11.09, so even the naive exp "
+             "never overflowed.",
+             "Section 5: z-loss acts on the output layer's log Z, not on attention; the "
+             "z_loss run went non-finite as without a fix.",
+             "Section 4: the softmax_overflow run already had one and went NaN: the scaler "
+             "handles gradients, and this overflow is in the forward pass.",
+             "Section 3's table: a naive softmax in bf16 overflows only past 88.7, like "
+             "fp32, so a score past 11.09 is harmless there."],
     ),
     OrderingQuestion(
         "06-inf-then-nan",
@@ -70,12 +88,33 @@ QUESTIONS = [
         supporting=["batches without padding train normally",
                     "locate: first non-finite value in embed_norm, op native_layer_norm",
                     "the number of inf values equals the number of padding tokens"],
-        explanation="A padding row of zeros has variance 0; with eps = 0 the norm computes "
-        "0 / 0. LR / 10 not helping rules the LR out but does not point anywhere; NaN "
+        explanation="A padding row of zeros has variance 0; with eps = 0 the fused norm "
+        "computes rstd = 1 / sqrt(0) = inf and (x - mean) * rstd = 0 * inf = NaN (section "
+        "2). LR / 10 not helping rules the LR out but does not point anywhere; NaN "
         "attention scores and a NaN loss are downstream symptoms. The data is legal: "
         "padding is normal, the model must survive it.",
         hints=["Which evidence names a place, and which only a symptom?",
                "What is the variance of a row of zeros?"],
+        why=["Only padding rows, whose variance is 0, break the norm: the fault goes with "
+             "the zero rows (section 2).",
+             "Section 2: locate names the norm right after the embedding, where the padding "
+             "rows enter, and the fused op that divides by sqrt(var + eps).",
+             "Section 2: one rstd = 1 / sqrt(0 + 0) = +inf per padding token, then "
+             "0 * inf = NaN across its row.",
+             "It rules out the LR (no update runs before step 0's loss anyway) but points "
+             "at nothing.",
+             "Downstream: the NaN rows reach attention after the norm made them (section "
+             "2's events).",
+             "The symptom itself: every family here can make it."],
+        family_why=["Padding is legal data, masked out of the loss; the model must survive "
+                    "it (section 2).",
+                    "Step 0's loss comes before any update, and LR / 10 fails the same way.",
+                    "The run is fp32, and the first inf is 1 / sqrt(0), not a value past a "
+                    "format's limit.",
+                    "A zero row has variance 0 whatever the weights: the init plays no "
+                    "part.",
+                    "Section 2: eps = 0 on a zero-variance row; norm_eps (1e-5) cures it "
+                    "with the same seed."],
     ),
     FreeTextQuestion(
         "06-qk-norm-vs-z-loss",

@@ -16,12 +16,18 @@ QUESTIONS = [
          "read the grad-norm history before the failure",
          "check the init scale and the norm eps",
          "prove the fix: same seed, loss at the same step as the clean run"],
-        explanation="Find the step first (everything after it is consequence), then the "
-        "SOP from cheap to expensive: one batch, two one-line replays, a history to read, "
-        "the model's own numbers. The proof comes last, as a replay anyone can rerun. "
-        "locate goes with the first two: it replays that step and shows the data pass.",
+        explanation="Find the step first: everything after it is consequence. Then the "
+        "SOP, where each step removes a class of causes, in the order of how common the "
+        "class is and how cheap it is to rule out: the batch (one look, and dirty data is "
+        "common); AMP off and LR / 10 (one-line controlled replays that clear or convict "
+        "precision and the LR); the grad-norm history (free to read, but a climb is also "
+        "what a too-high LR or a growing overflow produce, so it names a cause of its own "
+        "only once those are cleared); then the model's own init and eps, the rarest class. "
+        "The proof comes last, as a replay anyone can rerun. locate goes with the first "
+        "two: it replays that step and shows the data pass.",
         hints=["The first action needs no new run: only the record.",
-               "Config switches you flip in one line come before reading histories."],
+               "Each replay clears a whole class of causes; a climbing grad norm means the "
+               "most once the LR and precision are cleared."],
     ),
     MultipleChoiceQuestion(
         "07-step-zero",
@@ -36,6 +42,14 @@ QUESTIONS = [
         "batch, before any update: the learning rate has touched nothing yet. The data, the "
         "precision and the init all act in that first forward pass.",
         hints=["Is the loss of a step computed before or after that step's update?"],
+        why=["Lab 03, section 1a: the loss of a step is computed before its update, so "
+             "step 0's loss has seen no update at all.",
+             "The first batch goes through the first forward pass: a dirty one makes step 0 "
+             "non-finite (Lab 02), and the SOP checks it first.",
+             "Precision acts in the first forward pass: position_overflow in pure fp16 is "
+             "NaN at step 0 (Lab 06, section 6).",
+             "The init and the eps act in the first forward pass: bad_init (Lab 05, section "
+             "2) and tiny_eps (Lab 06, section 2) are both NaN at step 0."],
     ),
     MultipleChoiceQuestion(
         "07-finite-not-cured",
@@ -50,6 +64,15 @@ QUESTIONS = [
         explanation="A replay counts when the run is finite and learning. Slower learning "
         "keeps the logits small for longer, so exp(logit) overflows later, not never.",
         hints=["Compare the final losses of the replays, not only their NaN counts."],
+        why=["Section 1e: finite but not learning; learning slowly keeps the logits small, "
+             "so the overflow has only not happened yet.",
+             "Lab 03's high_lr was cured by LR / 10 in fp16: a lower LR helps when the LR is "
+             "the cause.",
+             "Every replay is deterministic (same seed, same data, one change); LR / 10 "
+             "repeats exactly like the others.",
+             "The SOP stops at the first step that explains the failure to save time, not "
+             "as a rule against evidence: section 1e ran this replay and judged it by its "
+             "whole curve."],
     ),
     FreeTextQuestion(
         "07-incident-report",

@@ -25,6 +25,15 @@ QUESTIONS = [
         "still be dropped and the state before the failure kept.",
         hints=["Which runs first: the optimizer step or your callback?",
                "Section 2: how many parameters are NaN after one NaN update?"],
+        why=["Section 3: the check in on_step_end came after the update, and every "
+             "parameter was already non-finite; one NaN update poisons every weight "
+             "(section 2).",
+             "Stopping after the update does not undo it: section 3's late check stopped "
+             "after step 30 with no finite parameter left.",
+             "Section 2: one NaN update made every parameter NaN, since every weight is "
+             "downstream of the loss.",
+             "A stop reloads nothing: the live weights are the ones the update wrote, and "
+             "the last checkpoint is up to 10 steps old."],
     ),
     OrderingQuestion(
         "08-recovery-order",
@@ -63,6 +72,22 @@ QUESTIONS = [
         "transient). Keeping evidence and the initial loss say nothing about the cause.",
         hints=["Does a dirty-data NaN follow the batch or the step?",
                "Which single change made the run finish?"],
+        why=["Section 5: a data fault moves with its batch; one that returns on other data "
+             "lives in the training dynamics.",
+             "Section 5: a fault in the training dynamics returns at about the same step, "
+             "whatever the batches.",
+             "Section 5: the guard's second rollback cut the LR tenfold and the run "
+             "finished: one change, and it cured.",
+             "The guard keeps evidence on every failure, whatever its cause (section 3).",
+             "A healthy start: it clears the init and points at nothing."],
+        family_why=["Skipping batches 25 to 28 did not help, and the NaN came back on other "
+                    "data: a data fault would have gone with its batch.",
+                    "Section 5: high_lr came back at the same step after a rollback, and "
+                    "going further back with the LR cut finished the run.",
+                    "A flipped bit does not come back in a replay (Lab 14, section 5; "
+                    "Guard(rerun=True) calls it transient); this NaN did.",
+                    "The run trained for 26 steps from a healthy first loss; a bad init "
+                    "fails from the start."],
     ),
     FreeTextQuestion(
         "08-interview-recovery",

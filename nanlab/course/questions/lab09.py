@@ -18,6 +18,14 @@ QUESTIONS = [
         "average NaN on every rank, and every rank applies the same NaN update. The "
         "replicas stay identical, identically destroyed; no error is raised.",
         hints=["What does an average with one NaN term give?"],
+        why=["Section 1: the average with one NaN term is NaN on every rank, and every rank "
+             "applies the same update: identically destroyed, bit for bit.",
+             "Section 1: rank 0's own loss was finite at the bad step, yet its weights "
+             "ended NaN: the all-reduce brought the other rank's NaN to it.",
+             "The all-reduce hands every rank the same averaged gradient, whatever the "
+             "ring's layout: no rank is spared (section 1).",
+             "Plain DDP checks nothing (section 4's table: it trains on, NaN everywhere); "
+             "Megatron-LM and DeepSpeed add a found-inf flag for that."],
     ),
     MultipleChoiceQuestion(
         "09-local-loss-check",
@@ -37,6 +45,15 @@ QUESTIONS = [
         "all-reduce the flag.",
         hints=["Which one does DDP average: the loss, or the gradients?",
                "What did rank 0's loss show at step 6 in the nan run?"],
+        why=["Section 1: the loss is local (rank 0's was finite at the bad step) but the "
+             "gradients are averaged, so rank 0 steps with NaN gradients while rank 1 "
+             "skips.",
+             "DDP averages gradients, never the loss: each rank's loss comes from its own "
+             "shard (section 1).",
+             "Rank 1's own loss is NaN, so its check holds its step back; only a rank whose "
+             "loss is finite steps.",
+             "After DDP's all-reduce no rank holds clean gradients: rank 0's already carry "
+             "rank 1's NaN (section 1)."],
     ),
     OrderingQuestion(
         "09-guarded-step",

@@ -18,6 +18,14 @@ QUESTIONS = [
         explanation="A diverged run counts as the loss at initialisation (min(loss, l0)); the "
         "mean over the whole grid minus the best loss.",
         hints=["What does min(NaN-treated-as-l0, l0) give?"],
+        why=["Section 1: a diverged run counts as the loss at init, min(loss, l0); the mean "
+             "over the whole grid, minus the best finite loss.",
+             "Section 1: a diverged run is not left out, or a recipe that fails more often "
+             "would look better; it counts as the loss at init.",
+             "Section 1: a diverged run counts as the loss at init, not as infinity, so one "
+             "failure cannot swamp the number.",
+             "The metric is a mean over the whole grid minus the best, not the spread of "
+             "the finite runs (section 1)."],
     ),
     MultipleChoiceQuestion(
         "11-logit-growth-signs",
@@ -32,6 +40,14 @@ QUESTIONS = [
         "A negative-drifting log Z is the output-logit divergence (z-loss); a large first "
         "step is what warmup prevents.",
         hints=["Which of these is measured inside attention?"],
+        why=["Section 4: at LR 3e-1 the baseline's max logit grew by orders of magnitude "
+             "while QK-LayerNorm's stayed small.",
+             "Section 4: growing logits make the softmax nearly one-hot, and the entropy "
+             "collapses.",
+             "Section 5: that is the output-logit divergence z-loss holds back, measured on "
+             "the output softmax, not inside attention.",
+             "Section 6: a large first step is what warmup prevents; it is a layer's update "
+             "size, not an attention measure."],
     ),
     FreeTextQuestion(
         "11-proxy-answer",

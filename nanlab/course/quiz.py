@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanlab.course.rubric import PASS_MARK
 from nanlab.errors import NanlabError
 
 _QID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -509,7 +510,10 @@ class FreeTextQuestion:
 
     ``key_points`` are ``nanlab.course.rubric.KeyPoint`` objects or ``(name, synonyms)`` pairs;
     ``must_not`` holds ``nanlab.course.rubric.WrongClaim`` objects (a wrong claim caps the
-    score). The answer passes when the rubric score reaches ``pass_score``.
+    score); ``ordered`` says the core points are steps whose order is the point. The answer
+    passes when the rubric score reaches ``pass_score``, the course's one ``PASS_MARK``
+    unless an instructor sets another. ``good_answers`` and ``wrong_answers`` are answers
+    in candidates' own words that must pass and must fail (the tests check each one).
 
     >>> q = FreeTextQuestion("why-silent", "Why is NaN silent?",
     ...                      [("no error", ("no error", "no exception"))])
@@ -520,10 +524,13 @@ class FreeTextQuestion:
     qid: str
     prompt: str
     key_points: Sequence[Any]
-    pass_score: float = 0.6
+    pass_score: float = PASS_MARK
     model_answer: str = ""
     hints: Sequence[str] = ()
     must_not: Sequence[Any] = ()
+    ordered: bool = False
+    good_answers: Sequence[str] = ()
+    wrong_answers: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         _check_qid(self.qid)
@@ -557,20 +564,20 @@ class FreeTextQuestion:
             p if isinstance(p, KeyPoint) else KeyPoint(str(p[0]), tuple(p[1]))
             for p in self.key_points
         ]
-        result = score_answer(answer, points, tuple(self.must_not))
-        if result.feedback:  # the rubric explains itself; show its lines as they are
-            details = [line for line in result.feedback.splitlines() if line.strip()]
+        result = score_answer(answer, points, tuple(self.must_not), ordered=self.ordered)
+        if result.feedback:  # the rubric explains itself; its count line is the message
+            details = [line for line in result.feedback.splitlines()[1:] if line.strip()]
             if not reveal:
                 details = [_hide_point(line, points) for line in details]
         else:
             details = [f"said: {name}" for name in result.present]
             details += [f"missing: {name}" for name in result.missing]
-        correct = result.score >= self.pass_score
+        correct = result.score >= self.pass_score - 1e-9
         head = "Good answer." if correct else "Not complete yet."
-        message = (
-            f"{head} Key points covered: {len(result.present)} of {len(points)} "
-            f"(score {result.score:.0%})."
-        )
+        core = [p for p in points if not p.bonus] or points
+        covered = sum(p.name in result.present for p in core)
+        message = (f"{head} Core points covered: {covered} of {len(core)} (score "
+                   f"{result.score:.0%}; a pass needs {self.pass_score:.0%}).")
         if correct and self.model_answer:
             details.append(f"A model answer: {self.model_answer}")
         return Feedback(correct, float(result.score), message, True, details)

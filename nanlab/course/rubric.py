@@ -15,23 +15,25 @@ Matching
     matter. A multi-word English synonym also matches written as one word
     (``warm up`` matches ``warmup``; hyphens split words, so ``warm-up`` matches too).
 
-The anti-stuffing rule (``CONTEXT_WORDS_PER_POINT`` = 3)
+Core and bonus points, one pass mark
+    A question's key points are claims. The core points (2 to 4) decide the score: the
+    share of them credited. Bonus points (``KeyPoint(..., bonus=True)``) are named in the
+    feedback and never lower a score. An answer passes at ``PASS_MARK`` (60 %: 2 of 3,
+    3 of 4), the same mark in every lab widget and in the mock interview.
+
+The anti-stuffing rule (``CONTEXT_WORDS_PER_POINT`` = 2)
     A key point earns credit only when it is explained, not just named. The answer is
     cut into sentences at ``.`` ``!`` ``?`` ``;`` ``。`` and line breaks (commas do not
     cut). The *context* of a sentence is its distinct words that are not part of a
     matched phrase; one Chinese character counts as half a word, and words inside a
-    short list item (a comma- or ``、``-separated item under three words, such as
-    ``warmup,`` in a list) do not count. Then:
+    short list item (a comma- or ``、``-separated item under ``LIST_ITEM_WORDS``
+    words) do not count.
+    A sentence earns at most ``context // 2`` key points, the earliest first, and the
+    whole answer at most ``(distinct context words in the answer) // 2``, so a bare
+    keyword list, one keyword per line or repeated filler earns nothing. Points named
+    but not credited are reported as ``unexplained``.
 
-    1. a sentence earns at most ``context // 3`` key points, the earliest first;
-    2. the whole answer earns at most ``(distinct context words in the answer) // 3``
-       key points, so repeating the same filler sentence does not help.
-
-    So every credited point needs about three words (six Chinese characters) of its own
-    explanation; a bare keyword list, a comma list or one keyword per line earns
-    nothing. Points named but not credited are reported as ``unexplained``.
-
-Negation
+Negation and dismissal
     A phrase that the sentence negates does not count: "I would *not* roll back" does
     not earn "roll back". A negation is one of ``not``, ``no``, ``never``, ``without``,
     ``cannot``, an ``n't`` contraction, ``instead of``, ``rather than``, or in Chinese
@@ -39,9 +41,15 @@ Negation
     before the phrase in the same part of the sentence, at most ``NEGATION_WINDOW_WORDS``
     words (``NEGATION_WINDOW_CJK`` Chinese characters) away; a comma, a colon or a word
     such as ``but``, ``then``, ``because``, ``if`` ends its reach, and two negations
-    cancel. A key point about what something does *not* do lists its phrases under
-    ``denied``: they count only when negated ("clipping does not cure a gradient that
-    is *already NaN*").
+    cancel. A dismissal counts as a negation too, before the phrase ("the last thing I
+    would do is ...", "a waste of time to ...", 忽略) or after it ("... is a waste of
+    time", "... is pointless", 没必要, 多余), within ``DISMISS_WINDOW_WORDS``. A key point
+    about what something does *not* do lists its phrases under ``denied``: they count
+    only when negated ("clipping does not cure a gradient that is *already NaN*").
+
+Order
+    ``score_answer(..., ordered=True)`` is for questions whose steps are the point (the
+    SOP): core points said out of their listed order cap the score at ``ORDER_CAP``.
 
 Wrong claims (``must_not``)
     A question can list claims a good answer must not make (``WrongClaim``). A wrong
@@ -51,9 +59,17 @@ Wrong claims (``must_not``)
     ``if``, ``unless``, ``when`` or 如果 / 若 in the same part of the sentence ("if you clip
     before unscaling, max_norm means nothing" warns against the mistake).
 
-Limits, said plainly: the rules read words, not meaning. A negation phrased in an
-unusual way ("the last thing I would do is roll back") is missed, and a wrong number is
-caught only when a key point or a wrong claim names it. It is a practice aid, not a
+Feedback
+    Each credited point is shown with the sentence that earned it, so a learner sees what
+    the rules read. The widgets add a self-assessment: after a graded try the learner
+    compares with the model answer and ticks the core points covered.
+
+Limits, said plainly: the rules read words, not meaning. A paraphrase the phrasings do
+not know is missed (the self-assessment is there for it), an unusual negation can be
+missed, and a wrong number is caught only when a key point or a wrong claim names it.
+Each bank question's ``good_answers`` and ``wrong_answers``, written by people who had
+not seen the key points, are the test of the phrasings (``bench/bench_grader.py``).
+It is a practice aid, not a
 grader of record. Nothing here evaluates or runs the learner's text.
 """
 
@@ -64,8 +80,11 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-CONTEXT_WORDS_PER_POINT = 3
-"""Distinct non-keyword words a clause needs for each key point it is credited with."""
+CONTEXT_WORDS_PER_POINT = 2
+"""Distinct words of its own explanation a sentence needs for each key point it earns."""
+
+LIST_ITEM_WORDS = 3
+"""A comma- or 、-separated item under this many words is a keyword, not an explanation."""
 
 CJK_WORD_WEIGHT = 0.5
 """One Chinese character counts as this many words of context."""
@@ -76,8 +95,17 @@ NEGATION_WINDOW_WORDS = 6
 NEGATION_WINDOW_CJK = 3
 """A Chinese negation reaches at most this many characters ahead."""
 
+PASS_MARK = 0.6
+"""The one pass mark: the share of core key points an answer must earn (3 of 4, 2 of 3).
+
+Every free-text question in the course and the mock interview passes at this mark, so a
+learner never sees "good answer" from one widget and "not yet" from another."""
+
 WRONG_CLAIM_CAP = 0.4
-"""The highest score an answer that asserts a wrong claim can get (below any pass mark)."""
+"""The highest score an answer that asserts a wrong claim can get (below the pass mark)."""
+
+ORDER_CAP = 0.4
+"""The highest score of an answer that puts an ordered question's steps out of order."""
 
 _NEGATORS = frozenset({
     "not", "no", "never", "nor", "neither", "cannot", "without", "none", "nothing",
@@ -96,14 +124,35 @@ _SCOPE_ENDS = frozenset({
     "who", "where", "instead",
     "但", "而", "然", "所", "因", "如", "否", "再", "才",
 })
+_COPULAS = frozenset({"is", "are", "was", "were"})  # a negated subject does not reach past
 _CJK_NEGATORS = frozenset("不没无别未非勿莫")
+_DISMISS_BEFORE = (  # "a waste of time to X", "the last thing I would do is X": X is dismissed
+    "pointless to", "a waste of time to", "waste of time to", "unnecessary to",
+    "last thing i would do", "last thing i'd do", "last thing you want", "forget about",
+    "ignore", "用不着", "犯不着", "忽略", "别管", "懒得",
+)  # phrases that start with a negation ("no need to", 没必要) already reach forward
+_DISMISS_AFTER = (  # "X is a waste of time", "X 没必要": X is dismissed
+    "waste of time", "pointless", "unnecessary", "not necessary", "not needed", "useless",
+    "irrelevant", "doesn't matter", "does not matter", "don't matter", "do not matter",
+    "not important", "can be ignored", "not worth it", "isn't necessary", "isn't needed",
+    "is not needed", "would not help", "wouldn't help", "won't help", "does not help",
+    "doesn't help", "changes nothing", "change nothing", "nothing to do with",
+    "is a mistake", "is the last thing i'd do", "is the last thing i would do",
+    "overkill", "rarely matters", "never matters", "is a myth",
+    "没必要", "没用", "不需要", "浪费时间", "多余", "无关", "不重要", "没意义", "意义不大",
+    "可以忽略", "不用管",
+)
+DISMISS_WINDOW_WORDS = 8
+"""A dismissal ("a waste of time", 没必要) reaches at most this many words (characters)."""
 _CONDITIONS = frozenset({"if", "unless", "when", "whenever", "若", "如"})
 _NOT_A_CONDITION_BEFORE = frozenset("例比譬")  # 例如, 比如: for example
 _CJK_NOT_NEGATIONS = (  # words that contain a negation character but negate nothing
     "不同", "不断", "不仅", "不但", "不管", "不论", "不过", "不久", "不少", "不错", "不然",
     "要不", "差不多", "不足", "无论", "无穷", "非常", "非法", "非零", "非线性", "未来",
     "区别", "分别", "特别", "类别", "级别", "识别", "告别", "性别", "个别", "别的", "别人",
-)
+    "有没有", "是不是", "要不要", "能不能", "会不会", "可不可以", "对不对", "好不好", "有无",
+    "并非只", "不只", "不止",
+)  # questions (有没有 NaN: whether there is NaN) and "not only" negate nothing
 
 _TOKEN = re.compile(
     r"\d+(?:\.\d+)?(?:e[-+]?\d+)?"  # numbers: 2000, 1.0, 1e-8, 6e4
@@ -139,6 +188,7 @@ class KeyPoint:
     synonyms: tuple[str, ...]
     hint: str = ""
     denied: tuple[str, ...] = ()
+    bonus: bool = False
 
 
 @dataclass(frozen=True)
@@ -187,6 +237,14 @@ class RubricResult:
     unexplained: list[str] = field(default_factory=list)
     negated: list[str] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
+    evidence: dict[str, str] = field(default_factory=dict)
+    out_of_order: list[str] = field(default_factory=list)
+    bonus_missing: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """Whether the answer reaches the one pass mark (``PASS_MARK``)."""
+        return self.score >= PASS_MARK - 1e-9
 
 
 def normalize(text: str) -> str:
@@ -214,7 +272,7 @@ def stem(word: str) -> str:
         w = w[:-2]
     elif w.endswith("es") and (w[-3] in "sxz" or w[-4:-2] in ("ch", "sh")):
         w = w[:-2]
-    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
+    elif w.endswith("s") and (not w.endswith(("ss", "us", "is")) or w.endswith(("pus", "lus"))):
         w = w[:-1]
     if w.endswith("ing") and len(w) > 5:
         w = w[:-3]
@@ -289,7 +347,7 @@ def _clause_tokens(clause: str) -> tuple[list[str], list[bool], list[int]]:
     for item in _LIST_SEP.split(clause):
         toks = tokens(item)
         raw += toks
-        short += [_weight(toks) < CONTEXT_WORDS_PER_POINT] * len(toks)
+        short += [_weight(toks) < LIST_ITEM_WORDS] * len(toks)
         for piece in _PART_SEP.split(item):
             part += [n_parts] * len(tokens(piece))
             n_parts += 1
@@ -307,7 +365,8 @@ def _negations(raw: list[str]) -> list[bool]:
     for i, t in enumerate(raw):
         nxt = raw[i + 1] if i + 1 < len(raw) else ""
         if t in _NEGATORS:
-            out[i] = nxt not in _NOT_A_NEGATION_AFTER
+            out[i] = nxt not in _NOT_A_NEGATION_AFTER and not (
+                t == "none" and i > 0 and raw[i - 1] == "reduction")  # reduction='none'
         elif t == "t" and i > 0 and raw[i - 1] in _CONTRACTED:
             out[i] = True
         elif t in _PAIRED and nxt == _PAIRED[t]:
@@ -317,23 +376,64 @@ def _negations(raw: list[str]) -> list[bool]:
     return out
 
 
+def _dismissals(stems: list[str]) -> tuple[list, list]:
+    """Spans of the dismissals in a sentence that reach forward, and those that reach back.
+
+    "No need to check the data" and "checking the data is a waste of time" both dismiss
+    the data check: a phrase inside a dismissal's reach counts as negated.
+    """
+    spans = ([], [])
+    for side, phrases in enumerate((_DISMISS_BEFORE_P, _DISMISS_AFTER_P)):
+        for pattern in phrases:
+            for i in _find(stems, pattern):
+                spans[side].append((i, i + len(pattern)))
+    return spans
+
+
+def _dismissed(raw, part, start, end, spans) -> bool:
+    """Whether a dismissal reaches the phrase at ``start:end`` within its part."""
+    before, after = spans
+    for _, b in before:
+        gap = range(b, start)
+        if b <= start and start - b <= DISMISS_WINDOW_WORDS and _open(raw, part, gap, start):
+            return True
+    for a, _ in after:
+        gap = range(end, a)
+        if a >= end and a - end <= DISMISS_WINDOW_WORDS and _open(raw, part, gap, start):
+            return True
+    return False
+
+
+def _open(raw, part, gap, start) -> bool:
+    """No part boundary and no scope-ending word between a dismissal and its phrase."""
+    return all(part[i] == part[start] and raw[i] not in _SCOPE_ENDS for i in gap)
+
+
 def _negated(raw: list[str], part: list[int], neg: list[bool], start: int) -> bool:
-    """Whether the phrase starting at ``start`` is negated (an odd number of negations)."""
-    count, words, chars = 0, 0, 0
+    """Whether the phrase starting at ``start`` is negated.
+
+    The nearest negation before it in the same part counts, unless a second one stands
+    right before that one (a double negation: "not un-", 不是不). Two separate negations
+    ("no data version and no code commit") each negate their own phrase.
+    """
+    words, chars = 0, 0
     for i in range(start - 1, -1, -1):
         if part[i] != part[start] or (raw[i] in _SCOPE_ENDS and not neg[i]):
-            break
+            return False
+        if raw[i] in _COPULAS and i + 1 < start:  # "no growth before it is bad data"
+            return False
         if neg[i]:
-            limit_ok = (chars <= NEGATION_WINDOW_CJK) if _is_cjk(raw[i]) else (
+            near = (chars <= NEGATION_WINDOW_CJK) if _is_cjk(raw[i]) else (
                 words <= NEGATION_WINDOW_WORDS)
-            count += limit_ok
+            double = any(neg[j] and part[j] == part[start] for j in range(max(0, i - 2), i))
+            return near and not double
         if _is_cjk(raw[i]):
             chars += 1
         else:
             words += 1
         if words > NEGATION_WINDOW_WORDS and chars > NEGATION_WINDOW_CJK:
-            break
-    return count % 2 == 1
+            return False
+    return False
 
 
 def _conditional(raw: list[str], part: list[int], start: int) -> bool:
@@ -346,32 +446,41 @@ def _conditional(raw: list[str], part: list[int], start: int) -> bool:
     return False
 
 
-def _matches(stems, patterns, raw, part, neg, want_negated: bool):
-    """(start, end) of each occurrence of a pattern, negated or not as wanted."""
+def _matches(stems, patterns, raw, part, neg, want_negated: bool, dismiss=((), ())):
+    """(start, end) of each occurrence of a pattern, negated (or dismissed) or not as wanted."""
     out = []
     for pattern in patterns:
         for i in _find(stems, pattern):
-            if _negated(raw, part, neg, i) == want_negated:
-                out.append((i, i + len(pattern)))
+            j = i + len(pattern)
+            negated = _negated(raw, part, neg, i) != _dismissed(raw, part, i, j, dismiss)
+            if negated == want_negated:
+                out.append((i, j))
     return out
 
 
 def score_answer(
-    answer: str, points: Sequence[KeyPoint], must_not: Sequence[WrongClaim] = ()
+    answer: str,
+    points: Sequence[KeyPoint],
+    must_not: Sequence[WrongClaim] = (),
+    *,
+    ordered: bool = False,
 ) -> RubricResult:
-    """Score ``answer`` against ``points``: the share of points credited, 0..1.
+    """Score ``answer``: the share of its core key points credited, 0..1.
 
-    A point is credited when one of its synonyms occurs, not negated, in a sentence that
-    also carries three distinct words of explanation per credited point, and the answer
-    as a whole has three distinct explaining words per credited point (the rules are
-    spelled out in the module docstring). A wrong claim of ``must_not`` that the answer
-    asserts caps the score at ``WRONG_CLAIM_CAP``. Empty, off-topic and keyword-list
-    answers score 0, and so does an answer that is not text (never an error).
+    A point is credited when one of its phrasings occurs, not negated or dismissed, in a
+    sentence that also carries words of its own explanation (the rules are spelled out
+    in the module docstring). Bonus points (``KeyPoint.bonus``) are reported but never
+    lower the score. A wrong claim of ``must_not`` that the answer asserts caps the score
+    at ``WRONG_CLAIM_CAP``; with ``ordered``, core points said out of their listed order
+    cap it at ``ORDER_CAP``. Empty, off-topic and keyword-list answers score 0, and so
+    does an answer that is not text (never an error).
 
     >>> pts = [KeyPoint("check the data first", ("check the data", "检查数据"))]
     >>> score_answer("I would first check the data for NaN values.", pts).score
     1.0
     >>> score_answer("I would not check the data for NaN values.", pts).negated
+    ['check the data first']
+    >>> score_answer("Checking the data is a waste of time here.", pts).negated
     ['check the data first']
     >>> score_answer("check the data", pts).unexplained
     ['check the data first']
@@ -386,22 +495,26 @@ def score_answer(
     said = {p.name: _patterns(p.synonyms) for p in points}
     denied = {p.name: _patterns(p.denied) for p in points}
     claims = {c.claim: _patterns(c.synonyms) for c in must_not}
+    bonus = {p.name: p.bonus for p in points}
     credited: list[str] = []
+    where: dict[str, tuple[int, int]] = {}  # point -> (sentence, token) where it was earned
+    quotes: dict[str, str] = {}
     named: set[str] = set()
     negated: set[str] = set()
     wrong: list[str] = []
     all_context: set[str] = set()
-    for clause in clauses(normalize(answer)):
+    for n, (clause, original) in enumerate(_sentences(answer)):
         raw, short, part = _clause_tokens(clause)
         stems = [stem(t) for t in raw]
         neg = _negations(raw)
+        dismiss = _dismissals(stems)
         covered: set[int] = set()
         found: list[tuple[int, str]] = []
         for point in points:
-            spans = (_matches(stems, said[point.name], raw, part, neg, False)
-                     + _matches(stems, denied[point.name], raw, part, neg, True))
-            against = (_matches(stems, said[point.name], raw, part, neg, True)
-                       + _matches(stems, denied[point.name], raw, part, neg, False))
+            spans = (_matches(stems, said[point.name], raw, part, neg, False, dismiss)
+                     + _matches(stems, denied[point.name], raw, part, neg, True, dismiss))
+            against = (_matches(stems, said[point.name], raw, part, neg, True, dismiss)
+                       + _matches(stems, denied[point.name], raw, part, neg, False, dismiss))
             for a, b in spans + against:
                 covered.update(range(a, b))
             if spans:
@@ -416,62 +529,112 @@ def score_answer(
         context = {raw[i] for i in range(len(raw)) if i not in covered and not short[i]}
         all_context |= context
         budget = int(_weight(context) // CONTEXT_WORDS_PER_POINT)
-        for _, name in sorted(found):
+        for _, at, name in sorted((bonus[name], at, name) for at, name in found):
             named.add(name)
             if name not in credited and budget > 0:
                 credited.append(name)
+                where[name] = (n, at)
+                quotes[name] = original.strip()
                 budget -= 1
+    credited = sorted(credited, key=lambda name: bonus[name])  # core points first
     credited = credited[: int(_weight(all_context) // CONTEXT_WORDS_PER_POINT)]
+    core = [p for p in points if not p.bonus] or list(points)
     present = [p.name for p in points if p.name in credited]
-    missing = [p.name for p in points if p.name not in credited]
+    missing = [p.name for p in core if p.name not in credited]
+    bonus_missing = [p.name for p in points if p not in core and p.name not in credited]
     unexplained = [p.name for p in points if p.name in named and p.name not in credited]
     denied_only = [p.name for p in points
                    if p.name in negated and p.name not in named and p.name not in credited]
-    score = len(present) / len(points)
+    score = sum(p.name in credited for p in core) / len(core)
+    out_of_order = _out_of_order([p.name for p in core if p.name in where], where) if ordered \
+        else []
     if wrong:
         score = min(score, WRONG_CLAIM_CAP)
+    if out_of_order:
+        score = min(score, ORDER_CAP)
     why = {c.claim: c.why for c in must_not}
-    feedback = _feedback(answer, points, present, missing, unexplained, denied_only,
-                         [(c, why[c]) for c in wrong])
-    return RubricResult(score, present, missing, feedback, unexplained, denied_only, wrong)
+    result = RubricResult(score, present, missing, "", unexplained, denied_only, wrong,
+                          {k: quotes[k] for k in present}, out_of_order, bonus_missing)
+    result.feedback = _feedback(answer, points, result, [(c, why[c]) for c in wrong])
+    return result
+
+
+def _sentences(answer: str) -> list[tuple[str, str]]:
+    """Each sentence of the answer, normalised for matching and as the learner wrote it."""
+    text = unicodedata.normalize("NFKC", answer or "")
+    return [(normalize(c), c) for c in _CLAUSE_END.split(text) if c.strip()]
+
+
+def _out_of_order(names: list[str], where: dict[str, tuple[int, int]]) -> list[str]:
+    """The first pair of points (in their listed order) that the answer said the other way round.
+
+    >>> _out_of_order(["data", "amp"], {"data": (2, 0), "amp": (0, 5)})
+    ['amp', 'data']
+    >>> _out_of_order(["data", "amp"], {"data": (0, 1), "amp": (0, 5)})
+    []
+    """
+    for i, first in enumerate(names):
+        for later in names[i + 1:]:
+            if where[later] < where[first]:
+                return [later, first]
+    return []
 
 
 def _feedback(
     answer: str,
     points: Sequence[KeyPoint],
-    present: list[str],
-    missing: list[str],
-    unexplained: list[str],
-    negated: Sequence[str] = (),
+    result: RubricResult,
     wrong: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """Plain-words feedback: what was covered, what was not, and the rule if it bit."""
-    total = len(points)
+    """Plain-words feedback: what was covered (quoting where), what was not, and why."""
+    core = [p for p in points if not p.bonus] or list(points)
     if not (answer or "").strip():
-        return f"No answer yet: 0 of {total} key points. Say it in full sentences."
-    lines = [f"You covered {len(present)} of {total} key points."]
-    if present:
-        lines.append("Covered: " + "; ".join(present) + ".")
+        return f"No answer yet: 0 of {len(core)} core points. Say it in full sentences."
+    credited = [p.name for p in core if p.name in result.present]
+    lines = [f"You covered {len(credited)} of {len(core)} core points "
+             f"(a pass needs {PASS_MARK:.0%})."]
+    for name in result.present:
+        extra = "" if any(p.name == name for p in core) else " (bonus)"
+        lines.append(f"Covered{extra}: {name}, in \"{_clip(result.evidence[name])}\"")
     hints = {p.name: p.hint for p in points}
     if wrong:
         lines.append(f"Wrong, so the score is capped at {WRONG_CLAIM_CAP:.0%}:")
         lines += [f"- {claim}" + (f": {why}" if why else "") for claim, why in wrong]
-    gaps = [m for m in missing if m not in unexplained and m not in negated]
+    if result.out_of_order:
+        later, first = result.out_of_order
+        lines.append(f"Out of order, so the score is capped at {ORDER_CAP:.0%}: "
+                     f"'{later}' comes before '{first}' in your answer; the order is the point.")
+    gaps = [m for m in result.missing
+            if m not in result.unexplained and m not in result.negated]
     if gaps:
         lines.append("Missing:")
         lines += [f"- {m}" + (f": {hints[m]}" if hints[m] else "") for m in gaps]
-    if unexplained:
+    if result.bonus_missing:
+        lines.append("Worth adding (bonus, never needed to pass): "
+                     + "; ".join(result.bonus_missing) + ".")
+    if result.unexplained:
         lines.append(
-            "Named but not explained, so not counted: " + "; ".join(unexplained) + ". "
+            "Named but not explained, so not counted: " + "; ".join(result.unexplained) + ". "
             f"Each point needs about {CONTEXT_WORDS_PER_POINT} words of its own explanation "
             "in the same sentence (a Chinese character counts as half a word); bare "
             "keyword lists, one keyword per line and repeated filler earn nothing."
         )
-    if negated:
+    if result.negated:
         lines.append(
-            "Negated, so not counted: " + "; ".join(negated) + ". The answer says the "
-            "opposite of these points (or only says what not to do)."
+            "Negated, so not counted: " + "; ".join(result.negated) + ". The answer says the "
+            "opposite of these points, dismisses them, or only says what not to do."
         )
-    if not present and not unexplained and not negated and not wrong:
-        lines.append("None of the key points came up: this answer looks off-topic.")
+    if not result.present and not result.unexplained and not result.negated and not wrong:
+        lines.append("None of the key points came up: this answer looks off-topic, or says "
+                     "them in words the rules do not know. Compare with the model answer.")
     return "\n".join(lines)
+
+
+def _clip(text: str, most: int = 120) -> str:
+    """A quoted sentence, shortened to ``most`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[: most - 3].rstrip() + "..."
+
+
+_DISMISS_BEFORE_P = _patterns(_DISMISS_BEFORE)
+_DISMISS_AFTER_P = _patterns(_DISMISS_AFTER)

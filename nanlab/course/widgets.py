@@ -36,6 +36,7 @@ from nanlab.course.quiz import (
     OrderingQuestion,
     RootCauseQuestion,
 )
+from nanlab.course.rubric import PASS_MARK
 
 _WIDE = w.Layout(width="auto")
 
@@ -260,23 +261,90 @@ class FreeText(QuestionWidget):
         qid: str,
         question: str,
         key_points: Sequence[Any],
-        pass_score: float = 0.6,
+        pass_score: float = PASS_MARK,
         model_answer: str = "",
         hints: Sequence[str] = (),
         lab: str | None = None,
         must_not: Sequence[Any] = (),
+        ordered: bool = False,
     ):
         self._setup(FreeTextQuestion(qid, question, list(key_points), pass_score, model_answer,
-                                     hints, tuple(must_not)), lab)
+                                     hints, tuple(must_not), ordered), lab)
 
     def _setup(self, q: FreeTextQuestion, lab: str | None) -> None:
         self.answer = w.Textarea(placeholder="Your answer, in a sentence or two",
                                  layout=w.Layout(width="100%", height="6em"))
         super().__init__(q, [self.answer], lab)
+        self.assessment = SelfAssessment(q, lab)
+        self.widget.children = (*self.widget.children, self.assessment.widget)
+
+    def _on_check(self, _button: w.Button | None = None) -> None:
+        super()._on_check(_button)
+        if self.last_feedback is not None and self.last_feedback.answered:
+            self.assessment.offer(self.answer.value)
 
     def _grade(self) -> Feedback:
         reveal = self.wrong_tries + 1 >= REVEAL_AFTER or self.answer_shown
         return self.question.grade(self.answer.value, reveal=reveal)
+
+
+class SelfAssessment:
+    """After a graded try: the model answer and the core points to tick, the grader's pre-ticked.
+
+    The rules read words, not meaning, so a correct paraphrase can miss a point. The learner
+    compares their answer with the model answer and ticks the core points they covered;
+    the progress file records it as a self-assessment (item ``<qid>:self``), beside, never
+    instead of, the grader's verdict.
+
+    >>> from nanlab.course.quiz import FreeTextQuestion
+    >>> q = FreeTextQuestion("sa", "Why?", [("no error", ("no error",)), ("silent", ("silent",))])
+    >>> panel = SelfAssessment(q, None)
+    >>> panel.offer("The loop raises no error at all here.")
+    >>> [box.value for box in panel.boxes]
+    [True, False]
+    """
+
+    def __init__(self, question: FreeTextQuestion, lab: str | None):
+        from nanlab.course.rubric import KeyPoint
+
+        self.question = question
+        self.lab = lab
+        self.points = [p if isinstance(p, KeyPoint) else KeyPoint(str(p[0]), tuple(p[1]))
+                       for p in question.key_points]
+        self.core = [p for p in self.points if not p.bonus] or self.points
+        self.boxes = [w.Checkbox(description=p.name, indent=False,
+                                 layout=w.Layout(width="auto")) for p in self.core]
+        self.record_button = w.Button(description="Record my self-assessment")
+        self.record_button.on_click(self._on_record)
+        self.model = w.HTML("")
+        self.verdict = w.HTML("")
+        self.widget = w.VBox([self.model, *self.boxes, self.record_button, self.verdict],
+                             layout=w.Layout(display="none"))
+        self.grader_found = 0
+
+    def offer(self, answer: str) -> None:
+        """Show the panel for ``answer``, ticking the core points the grader credited."""
+        from nanlab.course.rubric import score_answer
+
+        result = score_answer(answer, self.points, tuple(self.question.must_not),
+                              ordered=self.question.ordered)
+        for box, point in zip(self.boxes, self.core, strict=True):
+            box.value = point.name in result.present
+        self.grader_found = sum(box.value for box in self.boxes)
+        model = html.escape(self.question.answer_text())
+        self.model.value = ("<details><summary>Compare with the model answer and tick the core "
+                            f"points you covered</summary><div>{model}</div></details>")
+        self.widget.layout.display = "flex"
+
+    def _on_record(self, _button: w.Button | None = None) -> None:
+        ticked = sum(box.value for box in self.boxes)
+        passed = ticked / len(self.boxes) >= self.question.pass_score - 1e-9
+        self.verdict.value = html.escape(
+            f"Recorded: you ticked {ticked} of {len(self.boxes)} core points "
+            f"(the grader found {self.grader_found}); "
+            + ("a self-assessed pass." if passed else "not yet a pass."))
+        progress.record(self.lab, f"{self.question.qid}:self", correct=passed,
+                        kind="self-assessment")
 
 
 _WIDGETS: dict[type, type[QuestionWidget]] = {

@@ -2,11 +2,14 @@
 
 The shipped bank is data: one JSON file per topic, ``nanlab/interview/questions/<topic>.json``,
 each a list of entries, read in ``TOPICS`` order. Each entry: id, topic, level, question,
-question_zh, answer, key_points (name, synonyms, hint, optional denied), common_mistakes,
-follow_ups (a bank id or an inline question, each with targets = the key point names it
-probes) and, optionally, must_not: the wrong claims a good answer must not make (claim,
-synonyms, why, example); one asserted wrong claim caps the rubric score; and
-wrong_answers: whole answers that must score low (the tests check each one). An
+question_zh, answer, key_points (name, synonyms, hint, optional denied, optional bonus),
+common_mistakes, follow_ups (a bank id or an inline question, each with targets = the key
+point names it probes) and, optionally: must_not, the wrong claims a good answer must not
+make (claim, synonyms, why, example), one of which caps the rubric score; ordered (true
+when the core points are steps whose order is the point, as in the SOP); good_answers and
+wrong_answers, whole answers written in candidates' own words that must pass and must
+fail (the tests check each one). Key points without ``bonus`` are the core points that
+decide a pass (``PASS_MARK`` of them); bonus points are reported, never needed. An
 instructor extends the bank with a file or a folder of their own: ``load_bank(path)``
 validates every entry and names the file, the entry and the field of each problem.
 
@@ -80,10 +83,10 @@ _ENTRY_FIELDS = (
     "common_mistakes",
     "follow_ups",
 )
-_OPTIONAL_FIELDS = ("must_not", "wrong_answers")
+_OPTIONAL_FIELDS = ("must_not", "wrong_answers", "good_answers", "ordered")
 _INLINE_FIELDS = ("question", "question_zh", "answer", "key_points", "common_mistakes", "targets",
-                  "must_not", "wrong_answers")
-_POINT_FIELDS = ("name", "synonyms", "hint", "denied")
+                  "must_not", "wrong_answers", "good_answers", "ordered")
+_POINT_FIELDS = ("name", "synonyms", "hint", "denied", "bonus")
 _CLAIM_FIELDS = ("claim", "synonyms", "why", "example")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
@@ -144,6 +147,8 @@ class Question:
     parent: str | None = None
     must_not: tuple[WrongClaim, ...] = ()
     wrong_answers: tuple[str, ...] = ()
+    good_answers: tuple[str, ...] = ()
+    ordered: bool = False
 
     def score(self, text: str) -> RubricResult:
         """Score a free-text answer to this question with its own rubric and wrong claims.
@@ -151,7 +156,7 @@ class Question:
         >>> get_question("nan-vs-oom").score("").score
         0.0
         """
-        return score_answer(text, self.key_points, self.must_not)
+        return score_answer(text, self.key_points, self.must_not, ordered=self.ordered)
 
     def prompt(self) -> str:
         """The question as Markdown, English first and the Chinese phrasing below.
@@ -383,8 +388,24 @@ def _check_entry(label: str, entry: Any, known: set[str]) -> list[str]:
         out += _check_follow_ups(where, entry, known)
     if "must_not" in entry:
         out += _check_claims(where, entry["must_not"])
-    if "wrong_answers" in entry:
-        out += _check_string_list(where, "wrong_answers", entry["wrong_answers"])
+    out += _check_answers_and_order(where, entry)
+    return out
+
+
+def _check_answers_and_order(where: str, entry: dict) -> list[str]:
+    """The optional ``good_answers``, ``wrong_answers`` (lists of text) and ``ordered`` (bool)."""
+    out = []
+    for name in ("good_answers", "wrong_answers"):
+        if name in entry:
+            out += _check_string_list(where, name, entry[name])
+    if "ordered" in entry and not isinstance(entry["ordered"], bool):
+        out.append(f"{where}: field 'ordered' = {entry['ordered']!r} must be true or false "
+                   "(true: the core points must come in their listed order)")
+    points = entry.get("key_points")
+    if isinstance(points, list) and points and all(isinstance(p, dict) for p in points) \
+            and all(p.get("bonus") is True for p in points):
+        out.append(f"{where}: every key point is a bonus; mark the 2 to 4 that decide a pass "
+                   "as core (leave out 'bonus')")
     return out
 
 
@@ -444,6 +465,8 @@ def _check_key_points(where: str, name: str, value: Any) -> list[str]:
                 f"{at}: field 'synonyms' = {syns!r} contains a phrase with no letters, "
                 "digits or Chinese characters; it could never match"
             )
+        if "bonus" in point and not isinstance(point["bonus"], bool):
+            out.append(f"{at}: field 'bonus' = {point['bonus']!r} must be true or false")
         if "hint" in point and not isinstance(point["hint"], str):
             out.append(f"{at}: field 'hint' = {point['hint']!r} must be text")
         denied = point.get("denied", [])
@@ -545,14 +568,13 @@ def _check_follow_ups(where: str, entry: dict, known: set[str]) -> list[str]:
                 out += _check_key_points(at, "key_points", item["key_points"])
             if "must_not" in item:
                 out += _check_claims(at, item["must_not"])
-            if "wrong_answers" in item:
-                out += _check_string_list(at, "wrong_answers", item["wrong_answers"])
+            out += _check_answers_and_order(at, item)
     return out
 
 
 def _key_points(raw: list[dict]) -> tuple[KeyPoint, ...]:
     return tuple(KeyPoint(p["name"], tuple(p["synonyms"]), p.get("hint", ""),
-                          tuple(p.get("denied", ()))) for p in raw)
+                          tuple(p.get("denied", ())), p.get("bonus", False)) for p in raw)
 
 
 def _claims(raw: list[dict]) -> tuple[WrongClaim, ...]:
@@ -579,6 +601,8 @@ def _build(entry: dict) -> Question:
             parent=entry["id"],
             must_not=_claims(item.get("must_not", [])),
             wrong_answers=tuple(item.get("wrong_answers", ())),
+            good_answers=tuple(item.get("good_answers", ())),
+            ordered=item.get("ordered", False),
         )
         follow_ups.append(FollowUp(targets, question=inline))
     return Question(
@@ -593,6 +617,8 @@ def _build(entry: dict) -> Question:
         follow_ups=tuple(follow_ups),
         must_not=_claims(entry.get("must_not", [])),
         wrong_answers=tuple(entry.get("wrong_answers", ())),
+        good_answers=tuple(entry.get("good_answers", ())),
+        ordered=entry.get("ordered", False),
     )
 
 

@@ -6,7 +6,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from nanlab.course.rubric import RubricResult
+from nanlab.course.rubric import PASS_MARK, RubricResult
 from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.interview.bank import (
     LEVELS,
@@ -20,8 +20,8 @@ from nanlab.interview.bank import (
     resolve,
 )
 
-GOOD_SCORE = 0.7
-"""A rubric score at or above this counts as a good answer in summaries."""
+GOOD_SCORE = PASS_MARK
+"""A rubric score at or above this counts as a good answer: the course's one pass mark."""
 
 
 @dataclass
@@ -202,7 +202,7 @@ class MockInterview:
         weakest = [k for k, v in averages.items() if v == worst and k not in strongest]
         practise = []
         for t in sorted(turns, key=lambda t: t.result.score):
-            if t.result.score >= GOOD_SCORE or not t.result.missing:
+            if t.result.passed or not t.result.missing:
                 continue
             hints = {p.name: p.hint for p in t.question.key_points}
             gaps = "; ".join(f"{m} ({hints[m]})" if hints[m] else m for m in t.result.missing)

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from nanlab.interview.bank import LEVEL_LABELS, Question, get_question
-from nanlab.interview.mock import GOOD_SCORE, MockInterview
+from nanlab.interview.mock import MockInterview
 
 
 def _md_html(text: str) -> str:
@@ -101,7 +101,7 @@ class MockInterviewWidget:
                                f"</summary>{model}</details>")
         from nanlab.course import progress
 
-        progress.record(self.lab, f"mock:{asked.id}", correct=reply.result.score >= GOOD_SCORE,
+        progress.record(self.lab, f"mock:{asked.id}", correct=reply.result.passed,
                         answered=bool(text.strip()), kind="interview")
         self.answer.value = ""
         self._show_question()
@@ -115,7 +115,7 @@ class MockInterviewWidget:
         return self.widget._repr_mimebundle_(**kwargs)
 
 
-def free_text(question: Question | str, *, lab: str | None = None, pass_score: float = 0.6):
+def free_text(question: Question | str, *, lab: str | None = None):
     """A bank question as a ``nanlab.course.FreeText`` practice widget (rubric = key points).
 
     >>> free_text("nan-vs-oom").question.qid  # doctest: +SKIP
@@ -124,7 +124,8 @@ def free_text(question: Question | str, *, lab: str | None = None, pass_score: f
     from nanlab.course.widgets import FreeText
 
     q = get_question(question) if isinstance(question, str) else question
-    hints = [f"{p.name}: {p.hint}" if p.hint else p.name for p in q.key_points]
+    core = [p for p in q.key_points if not p.bonus] or list(q.key_points)
+    hints = [p.hint or p.name for p in core]  # what to say something about, core first
     return FreeText(q.id, f"{q.question} ({q.question_zh})", list(q.key_points),
-                    pass_score=pass_score, model_answer=q.answer, hints=hints, lab=lab,
-                    must_not=q.must_not)
+                    model_answer=q.answer, hints=hints, lab=lab, must_not=q.must_not,
+                    ordered=q.ordered)

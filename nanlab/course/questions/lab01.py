@@ -1,6 +1,7 @@
 """Lab 01 (01_numbers): its practice questions with their keys, shown by id in the lab."""
 
 from nanlab.course.quiz import FreeTextQuestion, MultipleChoiceQuestion
+from nanlab.course.rubric import KeyPoint, WrongClaim
 
 LAB = "01_numbers"
 
@@ -79,19 +80,96 @@ QUESTIONS = [
         "01-nan-vs-oom",
         "In two sentences: why is a NaN loss more dangerous than an out-of-memory error?",
         key_points=[
-            ("silent: no error is raised", ("no error", "no exception", "silent",
-                                            "without error", "does not crash",
-                                            "doesn't crash", "keeps running",
-                                            "keeps training", "不报错", "静默")),
-            ("it spreads to the weights", ("weight", "parameter", "spread", "propagate",
-                                           "contaminate", "poison", "权重")),
-            ("found late: compute wasted", ("waste", "hours", "days", "late",
-                                            "unnoticed", "notice", "compute", "浪费")),
+            KeyPoint("silent: no error is raised",
+                     ("no error", "no exception", "no warning", "nan is silent", "is silent",
+                      "silently keeps", "silently continues", "fails silently", "silent failure",
+                      "raises nothing", "raise nothing", "throws nothing", "without error",
+                      "without an error", "without any error", "without crashing", "does not crash",
+                      "doesn't crash", "never crashes", "does not stop", "doesn't stop",
+                      "keeps running", "keep running", "keeps training", "keep training",
+                      "carries on", "goes on training", "runs to the end", "nothing complains",
+                      "nobody notices", "nothing tells you", "doesn't throw", "does not throw",
+                      "throws no", "loop continues", "training continues", "job continues",
+                      "run continues", "happily continues", "keeps going", "keep going", "不报错",
+                      "不会报错", "没有报错", "没有任何报错", "没有异常", "不抛异常", "不会抛异常",
+                      "静默", "悄无声息", "悄悄", "继续跑", "继续训练", "照常进行", "照常训练",
+                      "接着跑", "照样跑", "不会停", "不会崩"),
+                     "say what happens in the program when each one occurs"),
+            KeyPoint("it spreads to the weights",
+                     ("every weight", "all the weights", "all weights", "all parameters",
+                      "every parameter", "into the weights", "the weights become nan",
+                      "weights turn nan", "weights are nan", "poisons the weights",
+                      "corrupts the weights", "corrupts the model", "destroys the model",
+                      "ruins the model", "spreads to", "spreads into", "spreads through",
+                      "propagates to", "propagates into", "propagates through", "contaminates the",
+                      "contaminates every", "weights are destroyed", "weights are ruined",
+                      "weights are corrupted", "destroys the weights", "ruins the weights",
+                      "training on garbage", "trains on garbage", "on garbage", "garbage weights",
+                      "model is garbage", "cannot recover", "can't recover", "never recovers",
+                      "is irreversible", "irreversible damage", "所有参数", "所有权重", "全部参数",
+                      "全部权重", "参数都是nan", "权重都是nan", "全变成nan", "都变成nan", "都变nan",
+                      "全是nan", "全成了nan", "都成了nan", "全部变成nan", "权重变成nan",
+                      "参数变成nan", "传染", "扩散到", "污染", "毁掉", "废了", "恢复不了",
+                      "无法恢复"),
+                     "say where the NaN ends up after one optimizer step"),
+            KeyPoint("found late: compute wasted",
+                     ("waste compute", "wastes compute", "wasted compute", "wasting compute",
+                      "compute is wasted", "wasted gpu", "waste gpu", "burns compute",
+                      "burning compute", "gpu hours", "gpu time", "gpu days", "days of gpu",
+                      "burn days", "burn gpu", "卡时", "浪费了", "hours later", "days later",
+                      "notice late", "noticed late", "find out late", "found late",
+                      "goes unnoticed", "go unnoticed", "unnoticed for", "only notice",
+                      "may notice only", "without noticing", "slips past",
+                      "every comparison with nan is false", "comparisons with nan are false",
+                      "comparison is false", "fails every comparison", "your own check",
+                      "a check you write", "explicit isfinite", "isfinite check", "check isfinite",
+                      "torch.isfinite", "浪费算力", "浪费计算", "浪费gpu", "浪费时间", "白跑",
+                      "白白浪费", "很晚才发现", "发现不了", "难以发现", "不容易发现", "发现得晚",
+                      "几天后", "几小时后", "自己加的", "isfinite检查", "比较都是false",
+                      "比较都为false"),
+                     "say what it costs before anyone notices"),
+        ],
+        must_not=[
+            WrongClaim("PyTorch stops the run on a NaN",
+                       ("pytorch stops the run", "stops the run on nan", "nan stops the run",
+                        "nan crashes the run", "nan raises an error", "nan raises an exception",
+                        "nan会报错", "nan会直接停", "nan会崩"),
+                       "a NaN raises nothing: the loop runs on, every weight NaN",
+                       "NaN is dangerous because PyTorch stops the run on a NaN loss."),
+            WrongClaim("a NaN recovers by itself or is harmless",
+                       ("recover by itself", "recovers by itself", "recovers on its own",
+                        "averages out", "自己恢复", "只是某一步"),
+                       "one step with NaN gradients writes NaN into every weight; nothing "
+                       "brings the run back",
+                       "A NaN is one bad step; the run recovers by itself afterwards."),
+            WrongClaim("an OOM is the more dangerous one",
+                       ("oom is more dangerous", "oom更危险", "oom 更危险", "oom is worse",
+                        "oom keeps the process alive", "oom is silent", "oom fails silently",
+                        "oom不报错", "nan makes the gpu run out of memory",
+                        "run out of memory faster"),
+                       "an OOM stops the run loudly at once; a NaN trains on silently",
+                       "OOM is worse, because the process dies and you lose progress."),
         ],
         model_answer="An OOM raises an error at once, but a NaN raises nothing: training "
         "keeps running while the NaN spreads into every weight, so the run is wasted "
         "and you may notice only hours later.",
         hints=["What happens in the program when each one occurs?",
                "Where did the NaN end up after one optimizer step in section 6?"],
+        good_answers=[
+            "An OOM raises an exception and kills the job, so you find out at once. A NaN "
+            "raises nothing: training keeps running, every weight turns NaN after one update, "
+            "and compute is wasted until an explicit isfinite check catches it.",
+            "OOM 会抛异常、直接停掉，马上就知道；NaN 不报错，训练继续跑，一步之后所有参数都是 "
+            "NaN，白白浪费算力，只能靠自己加的 isfinite 检查发现。",
+            "OOM is loud and stops the run; NaN is silent, keeps training on garbage and even "
+            "slips past `loss > threshold` checks, since every comparison with NaN is False.",
+        ],
+        wrong_answers=[
+            "NaN is more dangerous because it makes the GPU run out of memory faster. OOM at "
+            "least tells you how much memory you need.",
+            "其实 OOM 更危险，直接挂掉进度全没了；NaN 只是某一步的 loss 不对，后面会自己恢复。",
+            "NaN is dangerous because PyTorch stops the run and you lose the optimizer state; "
+            "OOM keeps the process alive.",
+        ],
     ),
 ]

@@ -1,7 +1,7 @@
 """Lab 02 (02_dirty_data): its practice questions with their keys, shown by id in the lab."""
 
 from nanlab.course.quiz import FreeTextQuestion, MultipleChoiceQuestion, RootCauseQuestion
-from nanlab.course.rubric import KeyPoint
+from nanlab.course.rubric import KeyPoint, WrongClaim
 
 LAB = "02_dirty_data"
 
@@ -101,20 +101,80 @@ QUESTIONS = [
         "and why?' Answer in three or four sentences.",
         key_points=[
             KeyPoint("find the first non-finite step",
-                     ("first nan", "first non-finite", "first step", "first bad step",
-                      "which step", "第一个nan", "第一次出现", "第一步"),
+                     ("first nan", "first non-finite", "first bad step", "first step where",
+                      "first step whose", "first step that", "first failing step",
+                      "step where the loss first", "loss first became nan", "first became nan",
+                      "first went nan", "first turned nan", "first inf", "which step", "exact step",
+                      "the step where it broke", "first_nonfinite_step", "第一个nan", "第一次出现",
+                      "第一次变成nan", "第一个坏", "最早出现nan", "首次出现", "变成nan的step",
+                      "变nan的step", "出现nan的step", "变成nan的那一步", "出现nan的那一步",
+                      "出nan的那一步", "nan的那一步", "哪一步开始", "从哪一步"),
                      "say which step you look at"),
             KeyPoint("check that step's batch: non-finite inputs, labels, masks",
-                     ("check the data", "check the batch", "the batch", "input", "label",
-                      "isnan", "isfinite", "数据", "脏数据"),
+                     ("check the data", "check the batch", "inspect the batch", "look at the batch",
+                      "that step's batch", "the bad batch", "that batch", "the batch of that step",
+                      "batch for nan", "nan or inf in the input", "nan/inf in the input",
+                      "inf in the input", "nan in the input", "inputs for nan",
+                      "labels out of range", "label out of range", "illegal label", "invalid label",
+                      "labels outside", "every target masked", "all-masked", "all masked",
+                      "fully masked", "zero std", "std of 0", "std is 0", "batch_problems",
+                      "its batch", "dump the batch", "pull the batch", "rebuild the batch",
+                      "rebuild that step's batch", "check the inputs", "check the labels",
+                      "label range", "inputs and targets", "isfinite on the", "dirty data",
+                      "bad data", "corrupt data", "检查数据", "检查这一步的batch", "那个batch",
+                      "这个batch", "有没有nan", "有没有inf", "检查那个batch", "检查batch",
+                      "检查这个batch", "看这个batch", "看那个batch", "这一步的batch",
+                      "输入里有没有nan", "输入有没有nan", "label越界", "label是不是越界",
+                      "标签越界", "非法标签", "全被mask", "全部被mask", "std是0", "std为0",
+                      "脏数据", "坏数据", "数据有没有问题", "数据里有没有"),
                      "name what in the data you check"),
             KeyPoint("data first because it is cheap and common",
-                     ("cheap", "cheapest", "common", "easy", "no retrain", "fast",
-                      "成本低", "最常见", "简单"),
+                     ("the cheapest", "cheapest check", "cheap to check", "cheap to rule out",
+                      "cheapest to check", "cheapest thing", "cheap and common", "costs nothing",
+                      "takes minutes", "few minutes", "no retraining", "without retraining",
+                      "most common", "very common", "common cause", "a frequent cause",
+                      "most frequent", "healthy until", "healthy right up", "fine until",
+                      "broke at once", "broke suddenly", "sudden break", "suddenly broke",
+                      "no prior growth", "nothing growing", "no growing loss", "no warning before",
+                      "signature of a bad batch", "signature of dirty data", "points to data",
+                      "points to the data", "最便宜", "成本最低", "成本低", "代价最小", "最常见",
+                      "很常见", "最容易查", "几分钟", "不用重新训练", "突然一步就坏", "突然坏",
+                      "一步就坏", "之前一切正常", "之前都正常", "没有上涨", "没有先涨"),
                      "say why the data comes before LR, AMP or init"),
             KeyPoint("roll back to a checkpoint before the NaN",
                      ("checkpoint", "roll back", "rollback", "restore", "回滚", "检查点"),
-                     "say what you do with the weights after a NaN"),
+                     "say what you do with the weights after a NaN", bonus=True),
+            KeyPoint("lowering the LR or clipping does not cure a bad batch",
+                     ("lowering the lr wouldn't", "clipping wouldn't", "clipping won't", "lr won't",
+                      "降lr都没用", "加clipping都没用", "都没用"),
+                     "say what the usual reflexes do to a NaN that came with the data",
+                     bonus=True),
+        ],
+        must_not=[
+            WrongClaim("the learning rate is the first check",
+                       ("almost always the lr", "almost always the learning rate",
+                        "the learning rate first", "lower the lr first", "check the lr first",
+                        "start with the lr", "first lower the lr", "先降lr", "先降学习率",
+                        "先调学习率", "先看学习率", "先看learning rate", "先看lr", "lr太大最常见",
+                        "the lr is the most common", "lr is the usual cause",
+                        "divide it by 10 and restart"),
+                       "the SOP starts with the data: it is cheaper and more common, and "
+                       "LR / 10 does nothing to a NaN in the input",
+                       "It's almost always the LR, so I lower the LR first."),
+            WrongClaim("the data can be checked last or skipped",
+                       ("check the data last", "data i would check last", "data last",
+                        "数据一般都清洗过", "数据不会有问题", "数据一般不会", "数据最后",
+                        "最后查数据", "最后再查数据", "数据没必要查"),
+                       "one NaN in one batch is the commonest cause and the cheapest to "
+                       "rule out: it comes first",
+                       "I'd check the init, then precision, then the data last."),
+            WrongClaim("clipping or the init is the first check",
+                       ("add gradient clipping first", "clipping first", "先加gradient clipping",
+                        "先加clipping", "先加梯度裁剪", "check the model init first",
+                        "the init first", "check the init first"),
+                       "clipping spreads a NaN gradient to every weight, and the init shows "
+                       "from step 0; the data comes first",
+                       "Add gradient clipping first and see whether it helps."),
         ],
         model_answer="First I find the first step whose loss went non-finite and rebuild "
         "that step's batch, because a NaN that appears at one step with nothing growing "
@@ -126,5 +186,29 @@ QUESTIONS = [
         hints=["Which step do you look at, and what do you look for in it?",
                "Why does the data come before the learning rate in the SOP?",
                "What state are the weights in after the NaN step?"],
+        good_answers=[
+            "First I find the first step where the loss went non-finite, and then I check "
+            "that step's batch: NaN or inf in the inputs, labels out of range, every target "
+            "masked, a feature with zero std. Data is the cheapest thing to check and one of "
+            "the most common causes. If the run was healthy right up to that step with no "
+            "growing loss or grad norm and then broke at once, that's the signature of a bad "
+            "batch. Lowering the LR or clipping wouldn't fix that, so checking data first "
+            "saves me from chasing the wrong cause.",
+            "先找到第一个 loss 变成 NaN 的 step，然后检查这一步的 batch：输入里有没有 "
+            "NaN/inf、label 是不是越界、是不是全被 mask 成 -100、标准化时 std 是不是 0。"
+            "数据最便宜、也最常见；如果之前一切正常、grad norm 没有上涨，突然一步就坏了，"
+            "基本就是脏数据，降 LR、加 clipping 都没用。",
+            "The first bad step's batch: NaN/inf inputs, illegal labels, all-masked targets, "
+            "zero std. It's cheapest to check, very common, and a sudden break with no prior "
+            "growth points to data.",
+        ],
+        wrong_answers=[
+            "The learning rate, because it's almost always the LR. I'd divide it by 10 and "
+            "restart; the data I would check last, since it was fine for the earlier steps.",
+            "先加 gradient clipping 看看，不行再降 LR，数据一般都清洗过了，不会有问题，"
+            "没必要查。",
+            "Check the model init first, since a wrong init is the root of most NaN; then "
+            "precision; then the data.",
+        ],
     ),
 ]

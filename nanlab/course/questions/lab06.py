@@ -6,7 +6,7 @@ from nanlab.course.quiz import (
     OrderingQuestion,
     RootCauseQuestion,
 )
-from nanlab.course.rubric import KeyPoint
+from nanlab.course.rubric import KeyPoint, WrongClaim
 
 LAB = "06_norms_softmax"
 
@@ -122,21 +122,87 @@ QUESTIONS = [
         "reach for if attention logits keep growing?' Answer in three or four sentences.",
         key_points=[
             KeyPoint("QK-norm normalises queries and keys, bounding the attention logits",
-                     ("normalise q", "normalize q", "queries and keys", "query and key",
-                      "q and k", "attention logit", "attention score", "bound"),
+                     ("normalise q", "normalize q", "normalises q", "normalizes q",
+                      "normalises the queries", "normalizes the queries", "normalising the queries",
+                      "normalizing the queries", "normalise queries", "normalize queries",
+                      "norm on q", "norm on the q", "layernorm on q", "layernorm on the queries",
+                      "layernorm to q", "layernorm to the queries", "queries and keys",
+                      "query and key", "q and k", "q·k bounded", "keeps q·k", "bounds q·k",
+                      "bound q·k", "bounded inside attention", "bounds attention logits",
+                      "bounds the attention", "bound the attention", "bounded attention",
+                      "attention logits bounded", "attention logits stay bounded",
+                      "caps the attention", "cap the attention", "limits the attention",
+                      "limit the attention", "keeps attention logits", "attention logits small",
+                      "attention-logit growth", "attention logit growth",
+                      "attention logits from growing", "logits can't grow", "logits cannot grow",
+                      "entropy collapse", "对q和k", "q和k做", "对q、k", "q、k做",
+                      "限制attention logit", "限制attention", "限制注意力", "attention logit的大小",
+                      "注意力熵坍塌", "熵坍塌", "防止attention logit"),
                      "say what QK-LayerNorm normalises and what that bounds"),
             KeyPoint("z-loss penalises log Z of the output softmax",
-                     ("log z", "logsumexp", "normaliser", "normalizer", "partition",
-                      "output logit", "output softmax"),
+                     ("log z", "the logsumexp", "logsumexp of", "log-sum-exp", "log sum exp",
+                      "softmax normaliser", "softmax normalizer", "the normaliser",
+                      "the normalizer", "partition function", "output logits", "output logit",
+                      "output softmax", "final logits", "output layer's", "logits from drifting",
+                      "logits drifting", "logit drift", "drift far from", "输出层", "输出logits",
+                      "输出的logits", "输出logit", "logits漂移", "logit漂移", "归一化因子",
+                      "配分函数"),
                      "say what z-loss penalises"),
-            KeyPoint("z-loss does not act on attention",
-                     ("not attention", "output layer", "final layer", "lm head",
-                      "doesn't touch attention", "does not touch attention", "wrong tensor"),
-                     "say where z-loss acts, and where it does not"),
+            KeyPoint("for growing attention logits QK-norm: z-loss does not act on attention",
+                     ("reach for qk", "i'd reach for qk", "go for qk", "go with qk", "pick qk",
+                      "choose qk", "use qk", "i'd use qk", "i would use qk", "qk-norm is the one",
+                      "qk-norm is the right", "qk norm is the one", "answer is qk",
+                      "qk-norm, not z-loss", "qk norm, not z-loss", "qk-norm rather than",
+                      "qk norm rather than", "qk-layernorm, not", "attention logits qk",
+                      "attention logit qk", "output layer, not attention", "not on attention",
+                      "not attention", "doesn't touch attention", "does not touch attention",
+                      "doesn't act on attention", "does not act on attention",
+                      "doesn't affect attention", "does not affect attention",
+                      "nothing for attention", "nothing to attention", "wrong tensor", "用qk",
+                      "选qk", "上qk", "优先qk", "优先用qk", "用qk-norm", "用qk norm",
+                      "管不到attention", "管不了attention", "不管attention", "不作用于attention",
+                      "作用不到attention", "和attention无关", "跟attention无关", "对attention没用",
+                      "对attention无效"),
+                     "say which one you reach for, and why not the other",
+                     denied=("touch attention", "touches attention", "act on attention",
+                             "acts on attention", "affect attention", "affects attention")),
             KeyPoint("a stable (max-subtracted) softmax / locate first",
-                     ("stable softmax", "subtract the max", "max-subtracted", "locate",
-                      "fused", "数值稳定"),
-                     "mention the arithmetic fix or finding where the overflow is"),
+                     ("stable softmax", "subtract the max", "max-subtracted", "locate", "fused",
+                      "数值稳定", "减max", "减去最大值"),
+                     "mention the arithmetic fix or finding where the overflow is", bonus=True),
+        ],
+        must_not=[
+            WrongClaim("z-loss acts on attention",
+                       ("z-loss penalises large attention", "z-loss penalizes large attention",
+                        "z-loss penalises attention", "z-loss penalizes attention",
+                        "penalises large attention scores", "penalizes large attention scores",
+                        "z-loss for attention", "z-loss bounds attention",
+                        "z-loss because it penalises", "z-loss, because it",
+                        "z-loss on the attention", "regularizer on the attention",
+                        "regulariser on the attention", "z-loss regularises attention",
+                        "z-loss regularizes attention", "都是管attention", "都管attention",
+                        "z-loss管attention", "z-loss 管 attention", "优先用z-loss", "优先z-loss",
+                        "reach for z-loss", "i'd reach for z-loss",
+                        "attention logits i'd use z-loss", "attention logits i would use z-loss",
+                        "attention logits use z-loss", "attention logit涨的话用z-loss",
+                        "attention logit涨就用z-loss", "attention logit变大就用z-loss"),
+                       "z-loss penalises the output softmax's log Z; it never sees the "
+                       "attention scores (Lab 06, section 5)",
+                       "I'd reach for z-loss: it penalises large attention scores directly."),
+            WrongClaim("QK-norm acts on the output logits",
+                       ("qk-norm is for the output", "qk norm is for the output",
+                        "qk-norm normalises the output", "qk-norm for the output logits",
+                        "qk-norm管输出", "qk-norm是管输出"),
+                       "QK-LayerNorm normalises each head's queries and keys, inside attention",
+                       "QK-norm is for the output logits."),
+            WrongClaim("both only prevent fp16 overflow, so bf16 replaces them",
+                       ("both just prevent fp16 overflow", "both prevent fp16 overflow",
+                        "you need neither", "need neither", "bf16 you need neither",
+                        "只是防止fp16溢出", "用bf16就都不需要"),
+                       "attention-logit growth and output-logit drift happen in bf16 too: "
+                       "large runs use both with bf16",
+                       "Both just prevent fp16 overflow in the loss; with bf16 you need "
+                       "neither."),
         ],
         model_answer="QK-LayerNorm normalises the queries and keys of each head before "
         "their dot product, so the attention logits stay bounded even at a high learning "
@@ -147,5 +213,28 @@ QUESTIONS = [
         "QK-LayerNorm; z-loss is for the output layer.",
         hints=["One of them acts inside attention, the other on the last layer.",
                "What does each normalise or penalise?"],
+        good_answers=[
+            "QK-LayerNorm normalises each head's queries and keys before the dot product, so "
+            "attention logits can't grow without bound as the weights grow; it protects "
+            "against attention-logit growth and the entropy collapse that follows. z-loss "
+            "adds a small penalty like 1e-4·(log Z)² on the output softmax's normaliser, "
+            "keeping the final logits from drifting far from zero over a long run. If the "
+            "attention logits keep growing, I'd reach for QK-norm; z-loss acts on the output "
+            "layer and doesn't touch attention.",
+            "QK-LayerNorm 在 q·k 之前对 q 和 k 做 LayerNorm，限制 attention logit 的大小，"
+            "防止 logit 越来越大、注意力熵坍塌；z-loss 是对输出层 softmax 的 log Z 加 "
+            "1e-4·(log Z)² 的惩罚，防止输出 logits 漂移。attention logit 一直涨的话用 "
+            "QK-norm，z-loss 管不到 attention。",
+            "QK-norm bounds attention logits; z-loss keeps the output logits' log Z near "
+            "zero. For growing attention logits, QK-norm.",
+        ],
+        wrong_answers=[
+            "z-loss, because it penalises large attention scores directly; QK-norm is for the "
+            "output logits.",
+            "两个都是管 attention 的，z-loss 实现更简单、开销更小，所以 attention logit "
+            "涨的话优先用 z-loss。",
+            "Both just prevent fp16 overflow in the loss; with bf16 you need neither, so I'd "
+            "switch to bf16 instead.",
+        ],
     ),
 ]

@@ -6,7 +6,7 @@ from nanlab.course.quiz import (
     OrderingQuestion,
     RootCauseQuestion,
 )
-from nanlab.course.rubric import KeyPoint
+from nanlab.course.rubric import KeyPoint, WrongClaim
 
 LAB = "08_guard_recovery"
 
@@ -96,25 +96,92 @@ QUESTIONS = [
         "worked?' Answer in three to five sentences.",
         key_points=[
             KeyPoint("detect at once and stop training on NaN",
-                     ("stop", "stop-loss", "detect", "isfinite", "isnan", "check the loss",
-                      "non-finite", "drop that update", "drop the update", "止损", "检测"),
+                     ("before the optimizer step", "before optimizer.step", "before the update",
+                      "before the step", "after backward", "between backward", "drop that update",
+                      "drop the update", "dropped that update", "dropped the update",
+                      "drop the bad update", "skip the bad update", "skip that update",
+                      "skip the update", "skipped the update", "discard the update",
+                      "discard that update", "throw away the update", "skip the step",
+                      "skip that step", "skip the optimizer step", "detect the nan",
+                      "detect it at once", "detected at once", "detect non-finite",
+                      "detect the non-finite", "check isfinite", "isfinite check", "torch.isfinite",
+                      "stop at the first nan", "stop the run", "stop training", "halt the run",
+                      "stop-loss", "weights stay clean", "在optimizer.step之前",
+                      "optimizer.step之前", "更新之前", "step之前", "检测到nan", "发现nan",
+                      "丢掉这次更新", "丢弃这次更新", "跳过这次更新", "跳过这一步", "止损",
+                      "停止训练", "停掉"),
                      "say what happens at the first non-finite step"),
-            KeyPoint("keep the evidence: bad state, batch, gradients",
-                     ("evidence", "snapshot", "save the state", "the batch", "gradients",
-                      "log", "证据", "快照", "保存"),
-                     "say what is kept for the post-mortem"),
             KeyPoint("roll back to the last good checkpoint",
-                     ("checkpoint", "roll back", "rollback", "restore", "reload", "回滚",
-                      "检查点"),
+                     ("roll back", "rolls back", "rolled back", "rolling back", "a rollback",
+                      "automatic rollback", "rollback to", "last good checkpoint",
+                      "last checkpoint", "latest good checkpoint", "validated checkpoint",
+                      "verified checkpoint", "healthy checkpoint", "clean checkpoint",
+                      "finite checkpoint", "checkpoint whose weights", "checkpoint before the nan",
+                      "checkpoint before the failure", "reload the last", "reloads the last",
+                      "restore the last", "restores the last", "resume from the last",
+                      "restart from the last", "go back to the last", "go back one checkpoint",
+                      "回滚到", "自动回滚", "回滚至", "回退到", "退回到", "验证过的checkpoint",
+                      "正常的checkpoint", "好的checkpoint", "干净的checkpoint", "上一个checkpoint",
+                      "最近一个正常"),
                      "say where training resumes from"),
             KeyPoint("skip the offending batches; cut the LR if it comes back",
-                     ("skip", "batches", "lower the lr", "lr / 10", "lr/10",
-                      "learning rate", "跳过", "学习率"),
+                     ("skip the batches", "skip the offending", "skip the bad batch",
+                      "skip those batches", "skip that batch", "skip the data",
+                      "skip the offending data", "skip that data", "skip the bad data",
+                      "skipped the batches", "skips the batches", "batches around the failure",
+                      "batches to be skipped", "mark the batches", "marks the offending",
+                      "offending batches", "never retrain the", "avoid the bad batch", "cut the lr",
+                      "cuts the lr", "lower the lr", "lowers the lr", "reduce the lr",
+                      "lower the learning rate", "cut the learning rate",
+                      "reduce the learning rate", "lr by 10", "lr / 10", "lr/10", "lr ÷ 10",
+                      "learning rate by 10", "lr by ten", "if it recurs", "if it comes back",
+                      "if it fails again", "if the nan comes back", "fails again at the same",
+                      "跳过出问题", "跳过这些batch", "跳过坏batch", "跳过那个batch",
+                      "跳过附近的batch", "跳过这个batch", "lr除以10", "lr降", "降lr", "学习率降",
+                      "降低学习率", "学习率除以10", "再往前退", "再出问题"),
                      "say what changes when it resumes"),
             KeyPoint("compare with a clean run at the same step, same seed",
-                     ("same step", "same seed", "clean run", "baseline", "before the failure",
-                      "相同种子", "同一步"),
+                     ("same step", "same steps", "same seed", "clean run", "clean reference",
+                      "reference run", "run before the failure", "pre-failure", "pre-failure trend",
+                      "earlier trend", "past the failure", "well past", "keeps learning",
+                      "still learning", "stays finite well past", "stays finite past", "同一个step",
+                      "同一step", "同一步", "相同seed", "同seed", "出事前的趋势", "对得上",
+                      "仍然finite", "跑过原来出事"),
                      "say how you prove the recovery"),
+            KeyPoint("keep the evidence: bad state, batch, gradients",
+                     ("evidence", "snapshot", "save the state", "saved the state", "dump the state",
+                      "bad batch", "证据", "快照", "保存现场", "保存"),
+                     "say what is kept for the post-mortem", bonus=True),
+        ],
+        must_not=[
+            WrongClaim("keep training through the NaN",
+                       ("just keep training", "keep training through", "train through it",
+                        "averages out", "average out", "from the current weights", "从当前权重继续",
+                        "继续训练就行", "接着训就行"),
+                       "one update with NaN gradients makes every weight NaN: nothing trains "
+                       "through it",
+                       "The system should just keep training; a NaN averages out."),
+            WrongClaim("a fixed threshold or finishing is the check",
+                       ("below 0.1", "under 0.1", "0.1以下", "降到0.1", "低于0.1",
+                        "success is the run finishing", "run finishing", "eyeball the curve",
+                        "eyeball", "a day later", "跑完就说明", "跑完就算成功"),
+                       "a fixed threshold measures where the checkpoint was, not the "
+                       "recovery (Lab 08, section 7): compare the loss at the same step "
+                       "with a clean run",
+                       "Recovery worked: the loss is below 0.1 within 30 steps."),
+            WrongClaim("restart from scratch or with another seed",
+                       ("restart the run from scratch", "from scratch", "different seed",
+                        "another seed", "new seed", "换个seed", "换一个seed", "从头开始",
+                        "从头训练", "从头跑"),
+                       "a restart from scratch throws away days of compute, and a new seed "
+                       "makes the recovery unprovable; roll back to the last good checkpoint",
+                       "Restart the run from scratch with a different seed."),
+            WrongClaim("restart without skipping the batches or checking the checkpoint",
+                       ("不用跳过数据", "不用检查checkpoint", "不用跳过", "no need to skip",
+                        "without skipping the data"),
+                       "the offending batches would fail again, and a checkpoint written "
+                       "after the NaN may hold NaN weights",
+                       "Restart from the latest checkpoint, no need to skip anything."),
         ],
         model_answer="A guard after backward and before the optimizer step should see the "
         "non-finite loss at once and drop that update, so the weights stay clean. It saves "
@@ -127,5 +194,34 @@ QUESTIONS = [
         hints=["What must happen before the optimizer step writes NaN into the weights?",
                "Where does training resume from, and what does it avoid the second time?",
                "Against what do you compare the loss after the restart?"],
+        good_answers=[
+            "A guard between backward and optimizer.step should have seen the non-finite loss "
+            "or grad norm, dropped that update and saved the evidence, then rolled back on "
+            "its own to the last checkpoint whose weights and optimizer state are all finite, "
+            "skipped the batches around the failure, and carried on; if it failed again at "
+            "the same place, go one checkpoint further back and cut the LR by 10x, and after "
+            "a few retries stop and page someone. Every rank must take the same decision. To "
+            "check the recovery: compare its loss at the same step (and averaged over some "
+            "steps) with the run before the failure or a clean reference, make sure it stays "
+            "finite well past the failure point and keeps learning, and confirm the events "
+            "were logged and the replay is deterministic.",
+            "系统应该自动做：在 optimizer.step 之前发现 loss/grad norm 不是 finite，"
+            "丢掉这次更新、保存现场，回滚到最近一个验证过的（权重和 optimizer state 都 "
+            "finite）checkpoint，跳过出问题附近的 batch "
+            "继续训；同一个地方再出问题就再往前退、LR 除以 10；超过重试次数就停下来报警。所有 "
+            "rank 要一致。检查恢复效果：看同一个 step 上和出事前的趋势 / clean run 的 loss "
+            "是否对得上，跑过原来出事的 step 之后仍然 finite 且在下降，事件都有日志。",
+            "Auto: skip the bad update, roll back to a validated checkpoint, skip the "
+            "batches, cut the LR on recurrence. Verify: the loss at the same step matches the "
+            "pre-failure trend, well past the failure.",
+        ],
+        wrong_answers=[
+            "The system should just keep training; a NaN is one bad step and averages out. To "
+            "check, eyeball the curve a day later.",
+            "系统应该自动从最新的 checkpoint 重启，不用跳过数据，也不用检查 "
+            "checkpoint；重启后 30 步内 loss 降到 0.1 以下就说明恢复成功。",
+            "It should automatically restart the run from scratch with a different seed so "
+            "the bad batch is avoided; success is the run finishing.",
+        ],
     ),
 ]

@@ -1,7 +1,7 @@
 """Lab 11 (11_lr_sensitivity): its practice questions with their keys, shown by id in the lab."""
 
 from nanlab.course.quiz import FreeTextQuestion, MultipleChoiceQuestion
-from nanlab.course.rubric import KeyPoint
+from nanlab.course.rubric import KeyPoint, WrongClaim
 
 LAB = "11_lr_sensitivity"
 
@@ -55,20 +55,68 @@ QUESTIONS = [
         "without another 7B run?' Answer in three or four sentences.",
         key_points=[
             KeyPoint("sweep the LR on small models",
-                     ("lr sweep", "sweep the lr", "learning rate sweep", "sweep over learning",
-                      "small model", "smaller model", "high learning rate", "high lr", "学习率"),
+                     ("lr sweep", "sweep the lr", "sweep lrs", "sweep the learning rate",
+                      "learning rate sweep", "sweep over learning", "sweep over lr", "sweep of lrs",
+                      "lr grid", "grid of lrs", "grid of learning rates", "range of lrs",
+                      "range of learning rates", "several lrs", "many lrs", "across lrs",
+                      "across learning rates", "orders of magnitude of lr",
+                      "three orders of magnitude", "small models at high lr",
+                      "small models at a high lr", "small model at high lr",
+                      "small transformers at a high lr", "smaller models at higher lr",
+                      "high lr on small", "small-scale proxies", "small-scale proxy",
+                      "small scale proxies", "small proxy", "small proxies", "proxy models",
+                      "proxy experiments", "proxy runs", "小模型做代理", "小模型上扫",
+                      "小模型在高lr", "小模型在高学习率", "代理实验", "代理模型", "扫lr",
+                      "扫学习率", "lr扫描", "学习率扫描", "一组lr", "一组学习率", "多个lr",
+                      "不同的lr", "跨三个数量级", "数量级的lr", "数量级的学习率", "很高的学习率下",
+                      "高学习率下复现", "高lr下复现"),
                      "say what you would train: small models at many LRs"),
             KeyPoint("summarise by LR sensitivity or the loss-vs-LR curve",
-                     ("sensitivity", "loss against lr", "loss vs lr", "loss versus lr",
-                      "curve"),
+                     ("lr sensitivity", "learning rate sensitivity", "sensitivity to the lr",
+                      "sensitivity to lr", "sensitive to the lr", "how sensitive",
+                      "loss against lr", "loss vs lr", "loss versus lr", "loss vs. lr",
+                      "loss as a function of lr", "loss-vs-lr", "final loss against",
+                      "final loss vs", "plot final loss", "plot the loss against",
+                      "flatten the curve", "flattens the curve", "lr敏感度", "学习率敏感度",
+                      "loss vs lr", "loss随lr", "画final loss", "曲线变平"),
                      "say how you compare recipes"),
             KeyPoint("watch the max attention logit / log Z",
-                     ("attention logit", "max logit", "log z", "entropy", "logsumexp"),
+                     ("attention logit", "max logit", "max attention", "attention entropy",
+                      "entropy collapse", "log z", "output logit", "logit growth",
+                      "update-to-weight", "update/weight", "熵坍塌", "注意力熵", "attention的熵",
+                      "输出log z"),
                      "name a model characteristic to watch"),
             KeyPoint("test the cures: QK-norm, z-loss, warmup",
                      ("qk-norm", "qk norm", "qk-layernorm", "qk layernorm", "z-loss", "z loss",
-                      "warmup", "warm-up"),
+                      "longer warmup", "more warmup", "add warmup", "test the cures",
+                      "test the fixes", "one at a time", "一次加一个", "加warmup", "更长的warmup"),
                      "name a cure you would test"),
+            KeyPoint("extrapolate the trend with model size",
+                     ("trend with size", "several sizes", "two or three sizes", "few small sizes",
+                      "extrapolate", "外推", "随模型变大"),
+                     "say how you carry the result to 7B", bonus=True),
+        ],
+        must_not=[
+            WrongClaim("only another 7B run can tell",
+                       ("no way around it", "have to rerun the 7b", "rerun the 7b",
+                        "only way is to rerun", "只能再跑一次7b", "只能再跑7b", "没有别的办法",
+                        "run the 1b model again"),
+                       "small models at high LRs reproduce the instabilities that large ones "
+                       "show at normal LRs (Wortsman et al. 2023, Lab 11)",
+                       "There's no way around it: you have to rerun the 7B with a lower LR."),
+            WrongClaim("small models tell you nothing about large-model divergence",
+                       ("small models are stable at any lr", "small models tell you nothing",
+                        "tell you nothing about large", "small models don't transfer",
+                        "don't transfer to large", "小模型的结论迁移不到", "迁移不到大模型",
+                        "小模型没有参考价值"),
+                       "at a high enough LR a small model fails the same way, with the same "
+                       "signature (attention logits, entropy collapse)",
+                       "Small models are stable at any LR and tell you nothing."),
+            WrongClaim("the divergence is hardware, not the LR",
+                       ("hardware problem", "must be hardware", "硬件问题"),
+                       "an LR that works at 1B can diverge at 7B: the divergent LR falls with "
+                       "model size",
+                       "Since it worked at 1B, the 7B divergence must be a hardware problem."),
         ],
         model_answer="I would reproduce the failure on small models by sweeping the learning "
         "rate over three orders of magnitude: instabilities that hit large models at normal "
@@ -79,5 +127,33 @@ QUESTIONS = [
         "longer warmup, and check the trend over two or three sizes before the big run.",
         hints=["What makes a small model fail the way a large one does?",
                "Which numbers would you watch inside each run?"],
+        good_answers=[
+            "Use small models as proxies, as Wortsman et al. did: small Transformers at a "
+            "high LR show the same instabilities that large ones show at lower LRs. Train a "
+            "few small sizes across an LR grid (say 3e-4 to 3e-1), plot final loss against "
+            "LR, and compute the LR sensitivity; watch the max attention logit, attention "
+            "entropy, output log Z and update-to-weight ratio to see which failure it is. "
+            "Then test the cures one at a time on the proxy (QK-norm, z-loss, warmup, weight "
+            "decay, lower β2) and see which flatten the curve, and check the trend with size "
+            "to extrapolate to 7B. Make the proxy runs long enough for the mechanism you're "
+            "imitating.",
+            "用小模型做代理实验：按 Wortsman 等人的思路，小模型在高 LR "
+            "下会出现和大模型一样的不稳定（attention logit 增长、熵坍塌）。选几个小尺寸，"
+            "在一组跨三个数量级的 LR 上训练，画 final loss vs LR，算 LR sensitivity；同时监控 "
+            "max attention logit、attention entropy、输出 log Z、update/weight ratio，"
+            "判断是哪种失败。然后一次加一个改动（QK-norm、z-loss、warmup、weight "
+            "decay、β2）看哪个让曲线变平，再看随模型变大发散的 LR 怎么移动，外推到 7B。",
+            "Small-scale proxies: sweep LRs on a few small models, plot loss vs LR and LR "
+            "sensitivity, watch attention logits and log Z, and test QK-norm, z-loss, warmup "
+            "one at a time, extrapolating the trend with size.",
+        ],
+        wrong_answers=[
+            "There's no way around it: you have to rerun the 7B with a lower LR, because "
+            "small models are stable at any LR and tell you nothing about large-model "
+            "divergence.",
+            "没有别的办法，只能再跑一次 7B，把 LR 降一点试试，小模型的结论迁移不到大模型。",
+            "Run the 1B model again at the same LR; since it worked there, the 7B divergence "
+            "must be a hardware problem, not the LR.",
+        ],
     ),
 ]

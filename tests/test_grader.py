@@ -218,3 +218,17 @@ def test_the_bar_on_answers_the_rubric_was_never_tuned_on():
     assert len(good) >= 90 and len(wrong) >= 70
     assert sum(good) / len(good) >= 0.90, f"{sum(good)} of {len(good)} good answers pass"
     assert sum(wrong) / len(wrong) >= 0.95, f"{sum(wrong)} of {len(wrong)} wrong answers fail"
+
+
+def test_a_huge_answer_is_refused_in_one_line_not_scanned():
+    """The scan is linear (about 27 s for 1 MB on a 2-core machine before the cap), so an
+    answer over MAX_ANSWER_CHARS is answered at once with one line, never scored."""
+    from nanlab.course.rubric import MAX_ANSWER_CHARS
+    from nanlab.interview import get_question
+
+    q = get_question("sop-order")
+    huge = (q.answer + " ") * (1_000_000 // len(q.answer))
+    result = q.score(huge)
+    assert result.score == 0.0 and not result.passed
+    assert len(result.feedback.splitlines()) == 1 and f"{MAX_ANSWER_CHARS:,}" in result.feedback
+    assert q.score(q.answer).passed

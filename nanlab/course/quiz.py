@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanlab.course.rubric import PASS_MARK
+from nanlab.course.rubric import MAX_ANSWER_CHARS, PASS_MARK
 from nanlab.errors import NanlabError
 
 _QID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -142,7 +142,7 @@ def _pick_score(picked: set[int], right: set[int], options: Sequence[str],
 
 
 _SEQUENCES = (list, tuple, set, frozenset)
-MAX_TEXT = 20_000
+MAX_TEXT = MAX_ANSWER_CHARS
 """The longest free-text answer graded (characters); a longer one is feedback, not a hang."""
 
 

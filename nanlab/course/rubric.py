@@ -40,8 +40,9 @@ Negation and dismissal
     不 / 没 / 无 / 别 / 未 / 非 (not inside words such as 不同, 非常, 特别). It must stand
     before the phrase in the same part of the sentence, at most ``NEGATION_WINDOW_WORDS``
     words (``NEGATION_WINDOW_CJK`` Chinese characters) away; a comma, a colon or a word
-    such as ``but``, ``then``, ``because``, ``if`` ends its reach, and two negations
-    cancel. A dismissal counts as a negation too, before the phrase ("the last thing I
+    such as ``but``, ``then``, ``because``, ``if`` ends its reach, and so does ``is`` /
+    ``are`` for a negation in the subject ("no growth before it is bad data" does not
+    negate "bad data"); two negations side by side cancel. A dismissal counts as a negation too, before the phrase ("the last thing I
     would do is ...", "a waste of time to ...", 忽略) or after it ("... is a waste of
     time", "... is pointless", 没必要, 多余), within ``DISMISS_WINDOW_WORDS``. A key point
     about what something does *not* do lists its phrases under ``denied``: they count
@@ -103,6 +104,10 @@ learner never sees "good answer" from one widget and "not yet" from another."""
 
 WRONG_CLAIM_CAP = 0.4
 """The highest score an answer that asserts a wrong claim can get (below the pass mark)."""
+
+MAX_ANSWER_CHARS = 20_000
+"""Longer answers are not scored (one line says so): an interview answer is a few
+sentences, and the scan, linear in the length, must never freeze a kernel."""
 
 ORDER_CAP = 0.4
 """The highest score of an answer that puts an ordered question's steps out of order."""
@@ -492,6 +497,11 @@ def score_answer(
                             f"Answer with text, a sentence or two; got {type(answer).__name__}.")
     if not points:
         return RubricResult(0.0, [], [], "This question has no key points to score against.")
+    if answer and len(answer) > MAX_ANSWER_CHARS:
+        return RubricResult(0.0, [], [p.name for p in points if not p.bonus],
+                            f"That is {len(answer):,} characters; an answer is a few sentences "
+                            f"(at most {MAX_ANSWER_CHARS:,} characters). Shorten it and try "
+                            "again.")
     said = {p.name: _patterns(p.synonyms) for p in points}
     denied = {p.name: _patterns(p.denied) for p in points}
     claims = {c.claim: _patterns(c.synonyms) for c in must_not}

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.data import IGNORE_INDEX, CountingTask
 from nanlab.model import GPT, AttentionScores, CausalSelfAttention, GPTConfig, Softmax
 from nanlab.train import TrainConfig, Trainer, train
@@ -388,7 +388,7 @@ except ImportError as err:
 # - `not done yet: <name>`: the stub is still there;
 # - `not yet right: <name>: <what differed>`: wrong value, or your code raised.
 #
-# `hint("<name>")` prints one hint at a time, as many as you need.
+# `hint("<name>")`: one hint at a time; `solution("<name>")`: the code, noted in progress.
 #
 # **Exercise · the first bad step.** The first thing to find in any broken run is
 # the first step whose loss is not finite. Write `first_bad_step(losses)`: the
@@ -408,17 +408,22 @@ def first_bad_step(losses):
 
 # %% tags=["nbval-check-output"]
 nan, inf = float("nan"), float("inf")
-cases = [[3.0, 2.0, nan, nan], [3.0, inf, nan], [1.0, -inf], [3.0, 2.0, 1.0], [],
-         run.losses()]
-check("first_bad_step", lambda: [first_bad_step(c) for c in cases],
-      [2, 1, 1, None, None, None], hints=[
-          "A bad loss is NaN, +inf or -inf: you want the index of the first loss that is not "
-          "an ordinary finite number, or None when there is none.",
-          "math.isfinite is False for all three kinds at once; an equality test cannot find "
-          "NaN, which equals nothing, not even itself.",
-          "for i, loss in enumerate(losses): if not math.isfinite(loss): return i  (and after "
-          "the loop: return None)",
-      ])
+CASES = {"two finite losses, then NaN": ([3.0, 2.0, nan, nan],),
+         "inf, then NaN": ([3.0, inf, nan],), "-inf": ([1.0, -inf],),
+         "every loss finite": ([3.0, 2.0, 1.0],), "no losses at all": ([],),
+         "the clean run's 200 losses": (run.losses(),)}
+check("first_bad_step", first_bad_step, [2, 1, 1, None, None, None], cases=CASES, hints=[
+    "A bad loss is NaN, +inf or -inf: you want the index of the first loss that is not "
+    "an ordinary finite number, or None when there is none.",
+    "math.isfinite is False for all three kinds at once; an equality test cannot find "
+    "NaN, which equals nothing, not even itself.",
+    "Walk the losses with their indices (enumerate) and stop at the first one math.isfinite "
+    "rejects; a loop that ends without finding one means there is none.",
+], solution="""\
+for i, loss in enumerate(losses):
+    if not math.isfinite(loss):
+        return i
+return None""")
 
 # %% [markdown]
 # Note the trap the second hint names: `nan == nan` is False, so a check written

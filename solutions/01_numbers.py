@@ -46,7 +46,7 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 
 start_lab("01_numbers")
 torch.manual_seed(0);
@@ -274,15 +274,20 @@ def is_finite_report(t: torch.Tensor) -> dict:
 
 # %% tags=["nbval-check-output"]
 sample = torch.tensor([1.0, float("inf"), -float("inf"), float("nan"), 0.0, -2.5])
-check("is_finite_report", lambda: is_finite_report(sample),
+check("is_finite_report", lambda: is_finite_report(sample.clone()),
       {"finite": 3, "inf": 2, "nan": 1}, hints=[
           "Every entry is exactly one of three kinds: finite, an infinity of either sign, or "
           "NaN; count each kind.",
           "torch.isfinite, torch.isinf and torch.isnan each return a boolean mask; the sum of "
           "a mask counts its True entries, and int turns it into a plain number.",
-          "{\"finite\": int(torch.isfinite(t).sum()), \"inf\": int(torch.isinf(t).sum()), \"nan\": "
-          "int(torch.isnan(t).sum())}",
-      ])
+          "One mask per kind, one count per mask, returned as a dict under the three keys the "
+          "exercise names; torch.isinf already counts both signs.",
+      ], solution="""\
+return {
+    "finite": int(torch.isfinite(t).sum()),
+    "inf": int(torch.isinf(t).sum()),
+    "nan": int(torch.isnan(t).sum()),
+}""")
 
 # %% [markdown]
 # ## 5. `exp` overflows early
@@ -311,15 +316,15 @@ def exp_overflow_threshold(dtype: torch.dtype) -> float:
 
 # %% tags=["nbval-check-output"]
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-check("exp_overflow_threshold",
-      lambda: [round(float(exp_overflow_threshold(d)), 2) for d in DTYPES],
-      [88.72, 11.09, 88.72], hints=[
+check("exp_overflow_threshold", lambda dtype: round(float(exp_overflow_threshold(dtype)), 2),
+      [88.72, 11.09, 88.72], cases={str(d): (d,) for d in DTYPES}, hints=[
           "The exponential overflows once its result passes the format's largest finite value,"
           " so the threshold is the natural log of that largest value.",
           "torch.finfo describes a float format; its max field is the largest finite value; "
           "math.log takes the natural log.",
-          "return math.log(torch.finfo(dtype).max)",
-      ])
+          "Chain the two: the format's largest finite value from torch.finfo, then its natural "
+          "log, returned as a plain float.",
+      ], solution="return math.log(torch.finfo(dtype).max)")
 
 # %% [markdown]
 # This is the commonest way an `inf` becomes a `NaN`. A softmax written as

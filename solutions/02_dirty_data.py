@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from nanlab import faults
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.data import IGNORE_INDEX, CountingTask, standardize
 from nanlab.faults import batch_problems, run_fault
 from nanlab.train import TrainConfig, Trainer
@@ -403,27 +403,44 @@ def judge_validation(found):
     for case, (_, want) in CASES.items():
         problems = found[case]
         if not isinstance(problems, list):
-            return f"{case}: expected a list, got {type(problems).__name__}"
+            return f"case {case!r}: expected a list, got {type(problems).__name__}"
         odd = [p for p in problems if not str(p).startswith(KINDS)]
         if odd:
-            return f"{case}: {odd[0]!r} does not start with one of {KINDS}"
+            return f"case {case!r}: {odd[0]!r} does not start with one of {KINDS}"
         got = {k for p in problems for k in KINDS if str(p).startswith(k)}
         if got != want:
-            return (f"{case}: found {sorted(got) or 'nothing'}, "
+            return (f"case {case!r}: found {sorted(got) or 'nothing'}, "
                     f"expected {sorted(want) or 'nothing'}")
     return None
 
 
-check("validate_batch", lambda: {c: validate_batch(b) for c, (b, _) in CASES.items()},
+check("validate_batch", validate_batch, cases={c: (b,) for c, (b, _) in CASES.items()},
       test=judge_validation, hints=[
           "Three checks, one per problem: non-finite inputs, labels outside the vocabulary "
           "(masked ones do not count), and a batch with no target left at all.",
           "torch.isfinite marks NaN and both infinities; IGNORE_INDEX marks a masked target, "
           "which is never illegal; only the kept targets must lie from 0 to vocab_size - 1; "
           "one message per problem, as the text above words them.",
-          "kept = batch.targets != IGNORE_INDEX; illegal = kept & ((batch.targets < 0) | "
-          "(batch.targets >= vocab_size)); no target when not kept.any()",
-      ])
+          "Build boolean masks and ask .any() of each: the features that are not finite, the "
+          "kept targets (those that are not IGNORE_INDEX), and among the kept ones those "
+          "below 0 or at vocab_size and above; no kept target at all is the third problem.",
+      ], solution="""\
+problems = []
+bad = ~torch.isfinite(batch.features)
+if bad.any():
+    nan = int(torch.isnan(batch.features).sum())
+    first = tuple(bad.nonzero()[0].tolist())
+    problems.append(f"non-finite input: {int(bad.sum())} value(s) ({nan} NaN), "
+                    f"first at {first}")
+targets = batch.targets
+kept = targets != IGNORE_INDEX
+illegal = kept & ((targets < 0) | (targets >= vocab_size))
+if illegal.any():
+    values = sorted(set(targets[illegal].tolist()))[:5]
+    problems.append(f"illegal label: {values} outside [0, {vocab_size})")
+if not kept.any():
+    problems.append("no target: every target is masked; the mean loss is 0 / 0")
+return problems""")
 
 
 # %% [markdown]
@@ -449,29 +466,33 @@ two_cols = torch.cat([normal, stuck], dim=-1)  # a live column and a stuck one
 
 
 def judge_standardize(out):
-    a, b, c = out
+    a, b, c = out["a normal column"], out["a stuck column"], out["a normal and a stuck column"]
     if not torch.allclose(a, standardize(normal), atol=1e-5):
-        return "a normal column should come out exactly as standardize() gives it"
+        return "case 'a normal column': it should come out exactly as standardize() gives it"
     if not (torch.isfinite(b).all() and (b == 0).all()):
-        return "a constant column should become all zeros (finite)"
+        return "case 'a stuck column': a constant column should become all zeros (finite)"
     if not (torch.allclose(c[..., :1], standardize(normal), atol=1e-5)
             and (c[..., 1] == 0).all()):
-        return "with two columns, each needs its own mean and std (keepdim=True)"
+        return ("case 'a normal and a stuck column': each column needs its own mean and std "
+                "(keepdim=True)")
     return None
 
 
-check("safe_standardize",
-      lambda: [safe_standardize(normal), safe_standardize(stuck),
-               safe_standardize(two_cols)],
+check("safe_standardize", safe_standardize,
+      cases={"a normal column": (normal,), "a stuck column": (stuck,),
+             "a normal and a stuck column": (two_cols,)},
       test=judge_standardize, hints=[
           "A constant column has std 0, so standardising it is 0 / 0: keep the division, but "
           "never divide by less than a small eps.",
           "The statistics are per feature, over the batch and time dimensions 0 and 1, kept "
           "with keepdim so they broadcast; clamp_min puts a floor under a tensor; use the "
           "population std, unbiased False.",
-          "std = x.std(dim, keepdim=True, unbiased=False).clamp_min(eps); return (x - "
-          "x.mean(dim, keepdim=True)) / std",
-      ])
+          "x.mean and x.std both take the dimensions and keepdim; floor the std with "
+          "clamp_min(eps), then subtract the mean and divide, as standardize does.",
+      ], solution="""\
+mean = x.mean(dim, keepdim=True)
+std = x.std(dim, keepdim=True, unbiased=False)
+return (x - mean) / std.clamp_min(eps)""")
 
 # %% [markdown]
 # Why `clamp_min(eps)`, not `std + eps`: the clamp leaves every normal column exactly

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from nanlab import faults
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.faults import run_fault
 from nanlab.signals import final_loss, find_spikes, recovery_steps
 from nanlab.train import TrainConfig, lr_factor
@@ -413,27 +413,31 @@ def reference(step, warmup, total, base_lr, min_ratio):
 
 
 def judge_schedule(got):
-    for case, values in zip(SCHEDULES, got, strict=True):
-        for step, value in enumerate(values):
+    for label, case in zip(got, SCHEDULES, strict=True):
+        for step, value in enumerate(got[label]):
             want = reference(step, *case)
             if not math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-12):
-                return (f"warmup, total, base_lr, min_ratio = {case}: step {step} "
-                        f"gives {value:.6g}, expected {want:.6g}")
+                return f"case {label!r}: step {step} gives {value:.6g}, expected {want:.6g}"
     return None
 
 
-check("lr_at", lambda: [[lr_at(s, *case) for s in range(case[1] + 5)]
-                        for case in SCHEDULES],
+check("lr_at", lambda *case: [lr_at(s, *case) for s in range(case[1] + 5)],
+      cases={f"warmup {w}, total {t}, base_lr {lr:g}, min_ratio {m:g}": (w, t, lr, m)
+             for w, t, lr, m in SCHEDULES},
       test=judge_schedule, hints=[
           "Two phases: a linear warmup up to the base LR, then a cosine decay from the base LR"
           " down to min_ratio times it, flat once total is reached.",
           "Warmup counts steps from 1, so its first LR is not 0; the decay's progress runs "
           "from 0 at the end of warmup to 1 at total and is capped at 1; math.cos and math.pi "
           "give the half cosine.",
-          "if step < warmup: return base_lr * (step + 1) / warmup; progress = min(1.0, (step -"
-          " warmup) / (total - warmup)); return base_lr * (min_ratio + (1 - min_ratio) * 0.5 *"
-          " (1 + math.cos(math.pi * progress)))",
-      ])
+          "The half cosine, (1 + cos(pi * progress)) / 2, falls from 1 to 0: use it to blend "
+          "from base_lr down to min_ratio * base_lr; min(1.0, ...) keeps progress capped.",
+      ], solution="""\
+if step < warmup:
+    return base_lr * (step + 1) / warmup
+progress = min(1.0, (step - warmup) / (total - warmup))
+cosine = 0.5 * (1 + math.cos(math.pi * progress))  # 1 -> 0
+return base_lr * (min_ratio + (1 - min_ratio) * cosine)""")
 
 # %% [markdown]
 # Your schedule over the clean run's recorded `lr` column:
@@ -569,27 +573,31 @@ def judge_clip(got):
         mine, norm = got[case]
         want, want_norm = torch_clip(grads, max_norm)
         if not math.isclose(float(norm), want_norm, rel_tol=1e-5):
-            return f"{case}: total norm {float(norm):.6g}, expected {want_norm:.6g}"
+            return f"case {case!r}: total norm {float(norm):.6g}, expected {want_norm:.6g}"
         same = len(mine) == len(want) and all(
             torch.allclose(m, w, rtol=1e-5, atol=1e-8)
             for m, w in zip(mine, want, strict=True))
         if not same:
-            return f"{case}: the clipped gradients differ from clip_grad_norm_'s"
+            return f"case {case!r}: the clipped gradients differ from clip_grad_norm_'s"
     return None
 
 
-check("clip_by_global_norm",
-      lambda: {c: clip_by_global_norm(g, m) for c, (g, m) in CLIP_CASES.items()},
+check("clip_by_global_norm", clip_by_global_norm, cases=CLIP_CASES,
       test=judge_clip, hints=[
           "One norm for all gradients together, as if they were one long vector; every "
           "gradient is scaled by the same factor, and only when that norm is above max_norm.",
           "The global norm is the square root of the sum, over tensors, of each tensor's sum "
           "of squares; the factor is max_norm over that norm plus 1e-6, as in "
           "torch.nn.utils.clip_grad_norm_; return the norm too.",
-          "total = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads)); coef = "
-          "max_norm / (total + 1e-6); scaled = [g * coef for g in grads] if coef < 1 else "
-          "[g.clone() for g in grads]",
-      ])
+          "Sum the squares in float64 (double) so a 1e4 gradient cannot lose the small ones, "
+          "take math.sqrt once, and multiply every gradient by the factor only when it is "
+          "below 1; otherwise hand back copies (clone).",
+      ], solution="""\
+total = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
+coef = max_norm / (total + 1e-6)
+if coef < 1.0:
+    return [g * coef for g in grads], total
+return [g.clone() for g in grads], total""")
 
 
 # %% [markdown]

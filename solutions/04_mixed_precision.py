@@ -47,7 +47,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.data import IGNORE_INDEX
 from nanlab.debug import locate
 from nanlab.faults import run_fault
@@ -389,9 +389,15 @@ check("next_scale",
           "An overflow multiplies the scale by backoff and resets the count of good steps; a "
           "clean step adds one to the count first, and reaching growth_interval multiplies the"
           " scale by growth and resets the count.",
-          "if found_inf: return scale * backoff, 0; good_steps += 1; return (scale * growth, "
-          "0) if good_steps == growth_interval else (scale, good_steps)",
-      ])
+          "Three outcomes, each returned as a (scale, count) pair: an overflow, a clean step "
+          "that completes the interval, and a clean step that does not.",
+      ], solution="""\
+if found_inf:
+    return scale * backoff, 0
+good_steps += 1
+if good_steps == growth_interval:
+    return scale * growth, 0
+return scale, good_steps""")
 
 # %% [markdown]
 # ### What the scaler is for: gradients that underflow
@@ -460,23 +466,26 @@ def judge_unscale(got):
     for case, (grads, s, want_inf) in UNSCALE_CASES.items():
         unscaled, found = got[case]
         if bool(found) != want_inf:
-            return f"{case}: found_inf is {bool(found)}, expected {want_inf}"
+            return f"case {case!r}: found_inf is {bool(found)}, expected {want_inf}"
         for g, u in zip(grads, unscaled, strict=True):
             if not torch.allclose(u, g / s, equal_nan=True):
-                return f"{case}: unscaled {u.tolist()}, expected {(g / s).tolist()}"
+                return f"case {case!r}: unscaled {u.tolist()}, expected {(g / s).tolist()}"
     return None
 
 
-check("unscale_and_check",
-      lambda: {c: unscale_and_check(g, s) for c, (g, s, _) in UNSCALE_CASES.items()},
+check("unscale_and_check", unscale_and_check,
+      cases={c: (g, s) for c, (g, s, _) in UNSCALE_CASES.items()},
       test=judge_unscale, hints=[
           "Divide the scale back out of every gradient, then ask whether any of them holds an "
           "inf or NaN: if one does, the step must be skipped.",
           "torch.isfinite on a tensor, then all on the result, is False when the tensor holds "
           "any inf or NaN; Python's any combines the tensors.",
-          "unscaled = [g / scale for g in grads]; found_inf = any(not "
-          "bool(torch.isfinite(g).all()) for g in unscaled); return unscaled, found_inf",
-      ])
+          "Return a pair: the list of divided gradients, and one bool that is True as soon as "
+          "one of them is not entirely finite.",
+      ], solution="""\
+unscaled = [g / scale for g in grads]
+found_inf = any(not bool(torch.isfinite(g).all()) for g in unscaled)
+return unscaled, found_inf""")
 
 # %% [markdown]
 # Clip **after** `unscale_`, so that `max_norm = 1.0` means 1.0 in real units, not

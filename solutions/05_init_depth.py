@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import locate
 from nanlab.faults import FIXES, run_fault
 from nanlab.model import GPT
@@ -216,9 +216,15 @@ check("layer_grad_norms", lambda: layer_grad_norms(step0_grads(deep)),
           "model.named_modules walks every module with its name; a module's parameters with "
           "recurse False are only its own; skip gradients that are None, and modules left with"
           " none.",
-          "grads = [p.grad for p in module.parameters(recurse=False) if p.grad is not None]; "
-          "norms[name] = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))",
-      ])
+          "For each module, sum every own gradient's squares in float64 (double), across its "
+          "tensors, then take one math.sqrt: the norm of all its gradients as one vector.",
+      ], solution="""\
+norms = {}
+for name, module in model.named_modules():
+    grads = [p.grad for p in module.parameters(recurse=False) if p.grad is not None]
+    if grads:
+        norms[name] = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
+return norms""")
 
 # %% [markdown]
 # ### 1b. Where was the first inf made? `locate`
@@ -379,9 +385,9 @@ def judge_absmax(got):
     for name, (model, batch) in CASES.items():
         problem = check_lists(got[name], reference_absmax(model, batch))
         if problem:
-            return f"{name}: {problem}"
+            return f"case {name!r}: {problem}"
         if any(block._forward_hooks for block in model.blocks):
-            return f"{name}: hooks are still registered after the call; remove them"
+            return f"case {name!r}: hooks are still registered after the call; remove them"
     return None
 
 
@@ -403,11 +409,24 @@ check("block_absmax", lambda: {name: block_absmax(model, batch)
           "register_forward_hook on each of model.blocks returns a handle; remove every handle"
           " afterwards, in a finally block, so the model is left as it was; no gradient is "
           "needed.",
-          "def hook(module, inputs, output): "
-          "values.append(float(output.detach().abs().amax())); handles = "
-          "[b.register_forward_hook(hook) for b in model.blocks]; model(batch.tokens, "
-          "batch.features) under torch.no_grad(); h.remove() for each handle in finally",
-      ])
+          "The hook is a small inner function that appends the float of output.abs().amax() "
+          "to a list the outer function returns; the blocks run in order, so the list is in "
+          "order too.",
+      ], solution="""\
+values, handles = [], []
+
+def hook(module, inputs, output):
+    values.append(float(output.detach().abs().amax()))
+
+for block in model.blocks:
+    handles.append(block.register_forward_hook(hook))
+try:
+    with torch.no_grad():
+        model(batch.tokens, batch.features)
+finally:
+    for handle in handles:
+        handle.remove()
+return values""")
 
 # %% [markdown]
 # Batch *i* is the data set's own, the same in every run (seed 0). Your recorder

@@ -43,7 +43,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import locate
 from nanlab.faults import run_fault
 from nanlab.model import LayerNorm, SinusoidalPositions
@@ -162,10 +162,14 @@ check("safe_layer_norm",
           "and give only the result back in the input's dtype.",
           "Mean and variance over the last dimension, kept for broadcasting; eps goes inside "
           "the square root; the tensor's to method casts back at the end.",
-          "x32 = x.float(); mean = x32.mean(-1, keepdim=True); var = ((x32 - mean) ** "
-          "2).mean(-1, keepdim=True); return ((x32 - mean) / torch.sqrt(var + "
-          "eps)).to(x.dtype)",
-      ])
+          "Everything between the first cast (x.float()) and the last one (.to(x.dtype)) runs "
+          "in fp32: the biased variance is the mean of the squared deviations, and "
+          "torch.sqrt takes the root of it plus eps.",
+      ], solution="""\
+x32 = x.float()
+mean = x32.mean(-1, keepdim=True)
+var = ((x32 - mean) ** 2).mean(-1, keepdim=True)
+return ((x32 - mean) / torch.sqrt(var + eps)).to(x.dtype)""")
 
 # %% [markdown]
 # ### eps in backward: the gain through a norm
@@ -359,14 +363,17 @@ def softmax_test(got):
     return None if err < 1e-3 else f"differs from torch.softmax by up to {err:.3g}"
 
 
-check("stable_softmax", lambda: stable_softmax(LOGITS), test=softmax_test,
+check("stable_softmax", lambda: stable_softmax(LOGITS.clone()), test=softmax_test,
       hints=[
           "Softmax does not change when the same number is subtracted from a whole row: "
           "subtract the row's largest value and no exponential can exceed 1.",
           "amax over the last dimension, with keepdim, gives the row maxima; masked entries at"
           " minus infinity then have an exponential of 0, with no special case.",
-          "e = torch.exp(x - x.amax(-1, keepdim=True)); return e / e.sum(-1, keepdim=True)",
-      ])
+          "torch.exp of the shifted rows, then divide by their sum over the last dimension, "
+          "kept with keepdim; no .float() anywhere, so the dtype stays the input's.",
+      ], solution="""\
+e = torch.exp(x - x.amax(-1, keepdim=True))
+return e / e.sum(-1, keepdim=True)""")
 
 
 # %% [markdown]
@@ -625,15 +632,17 @@ def z_test(got):
     return None
 
 
-check("z_loss_term", lambda: z_loss_term(Z_LOGITS, 1e-4), test=z_test,
+check("z_loss_term", lambda: z_loss_term(Z_LOGITS.clone(), 1e-4), test=z_test,
       hints=[
           "The z-loss penalises log Z, the log of the softmax's normaliser, squared: it pulls "
           "log Z towards 0.",
           "torch.logsumexp computes log Z stably over the last dimension; compute it in fp32, "
           "average its square over the positions, and multiply by the weight.",
-          "log_z = torch.logsumexp(logits.float(), dim=-1); return weight * (log_z ** "
-          "2).mean()",
-      ])
+          "Cast the logits with .float() before torch.logsumexp (dim=-1), square the result, "
+          "take its mean, and scale it by weight.",
+      ], solution="""\
+log_z = torch.logsumexp(logits.float(), dim=-1)
+return weight * (log_z ** 2).mean()""")
 
 # %% [markdown]
 # ## 6. Positions past 65504 (`position_overflow`)

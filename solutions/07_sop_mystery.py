@@ -44,7 +44,7 @@ import math
 
 import numpy as np
 
-from nanlab.course import check, start_lab
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import diagnose, locate
 from nanlab.faults import batch_problems, run_fault
 from nanlab.judge import judge
@@ -139,17 +139,23 @@ def first_bad_step(losses):
 
 
 # %% tags=["nbval-check-output"]
-CASES = [[3.4, 2.1, 1.0], [3.4, float("nan"), 2.0], [3.4, float("inf"), float("nan")],
-         np.array([3.4, 2.0, -np.inf]), record.losses()]
-check("first_bad_step", lambda: [first_bad_step(c) for c in CASES],
-      [None, 1, 1, 2, record.first_nonfinite_step], hints=[
+CASES = {"every loss finite": ([3.4, 2.1, 1.0],), "a NaN": ([3.4, float("nan"), 2.0],),
+         "inf, then NaN": ([3.4, float("inf"), float("nan")],),
+         "a NumPy array ending in -inf": (np.array([3.4, 2.0, -np.inf]),),
+         "this run's losses (a NumPy array)": (record.losses(),)}
+check("first_bad_step", first_bad_step, [None, 1, 1, 2, record.first_nonfinite_step],
+      cases=CASES, hints=[
           "A bad loss is NaN, +inf or -inf: you want the index of the first loss that is not "
           "an ordinary finite number, or None when there is none.",
           "math.isfinite is False for all three kinds at once; the losses may be a NumPy "
           "array, so turn each item into a Python float first.",
-          "for i, loss in enumerate(losses): if not math.isfinite(float(loss)): return i  (and"
-          " after the loop: return None)",
-      ])
+          "Walk the losses with their indices (enumerate), convert each with float, and stop "
+          "at the first one math.isfinite rejects; a loop that finds none means None.",
+      ], solution="""\
+for i, loss in enumerate(losses):
+    if not math.isfinite(float(loss)):
+        return i
+return None""")
 
 # %% [markdown]
 # The record has it built in, `record.first_nonfinite_step`, which also watches the
@@ -398,30 +404,46 @@ HEALTHY, NOT_LEARNING, NAN = ({"finite": True, "learning": True},
 findings = dict(batch_problems=problems, amp_off=outcome(replays["amp_off"]),
                 lr_div10=outcome(replays["lr_div10"]), grad_decades=decades,
                 init_notes=init_notes)
-SOP_CASES = [
-    (findings, "mixed precision (fp16)"),  # this section's run
-    (dict(batch_problems=[], amp_off=NOT_LEARNING, lr_div10=HEALTHY, grad_decades=0.5,
-          init_notes=[]), "learning rate"),  # Lab 03: AMP off removes the NaN only
-    (dict(batch_problems=["features: 1 non-finite value(s)"], amp_off=None,
-          lr_div10=NAN, grad_decades=None, init_notes=[]), "dirty data"),
-    (dict(batch_problems=[], amp_off=None, lr_div10=NAN, grad_decades=None,
-          init_notes=["norm eps = 0"]), "init / eps"),
-    (dict(batch_problems=[], amp_off=None, lr_div10=NAN, grad_decades=4.2,
-          init_notes=[]), "gradient explosion"),
-    (dict(batch_problems=[], amp_off=NAN, lr_div10=NOT_LEARNING, grad_decades=1.0,
-          init_notes=[]), "not found"),
-]
-check("sop_family", lambda: [sop_family(**f) for f, _ in SOP_CASES],
-      [want for _, want in SOP_CASES], hints=[
+SOP_CASES = {  # the findings (None: that step was not run) -> the family
+    "this section's run": (findings, "mixed precision (fp16)"),
+    "Lab 03: AMP off finite, not learning; LR / 10 healthy": (dict(
+        batch_problems=[], amp_off=NOT_LEARNING, lr_div10=HEALTHY, grad_decades=0.5,
+        init_notes=[]), "learning rate"),
+    "a batch problem; AMP off and grad norms not run (None)": (dict(
+        batch_problems=["features: 1 non-finite value(s)"], amp_off=None, lr_div10=NAN,
+        grad_decades=None, init_notes=[]), "dirty data"),
+    "norm eps 0; AMP off and grad norms not run (None)": (dict(
+        batch_problems=[], amp_off=None, lr_div10=NAN, grad_decades=None,
+        init_notes=["norm eps = 0"]), "init / eps"),
+    "grad norm up 4.2 decades; AMP off not run (None)": (dict(
+        batch_problems=[], amp_off=None, lr_div10=NAN, grad_decades=4.2,
+        init_notes=[]), "gradient explosion"),
+    "AMP off NaN, LR / 10 not learning, grad norm up 1 decade": (dict(
+        batch_problems=[], amp_off=NAN, lr_div10=NOT_LEARNING, grad_decades=1.0,
+        init_notes=[]), "not found"),
+}
+check("sop_family", sop_family, [want for _, want in SOP_CASES.values()],
+      cases={label: f for label, (f, _) in SOP_CASES.items()}, hints=[
           "The SOP stops at the first step, in its order, that explains the failure: data, AMP"
           " off, LR / 10, grad norms, init and eps.",
           "A replay explains it only when it is both finite and learning, and None means the "
           "step was not run; the grad norm explains it from 3 orders of magnitude of growth; "
           "any batch problem or init note explains it at once.",
-          "if batch_problems: return \"dirty data\"; if amp_off is not None and "
-          "amp_off[\"finite\"] and amp_off[\"learning\"]: return \"mixed precision (fp16)\"; the "
-          "same for lr_div10, then grad_decades >= 3, then init_notes; else return \"not found\"",
-      ])
+          "One if per SOP step, in FAMILY's order, each returning that family; test a finding "
+          "for None (is not None) before you read from it; fall through to \"not found\".",
+      ], solution="""\
+if batch_problems:
+    return "dirty data"
+if amp_off is not None and amp_off["finite"] and amp_off["learning"]:
+    return "mixed precision (fp16)"
+if lr_div10 is not None and lr_div10["finite"] and lr_div10["learning"]:
+    return "learning rate"
+if grad_decades is not None and grad_decades >= 3:
+    return "gradient explosion"
+if init_notes:
+    return "init / eps"
+return "not found"
+""")
 
 # %% [markdown]
 # ### 1h. The proof: same seed, same step

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from nanlab import faults
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.faults import run_fault
 from nanlab.guard import Guard, SpikeDetector
 from nanlab.guard.corpus import detector_table, make_corpus
@@ -295,10 +295,17 @@ check("stop_loss", try_stop_loss, test=judge_stop_loss, hints=[
     "The callback's info says whether the step is finite; on a bad one set its skip flag and "
     "skip reason, and the trainer's stop request and stop reason, with the step, the loss and "
     "the grad norm.",
-    "if info.finite: return; info.skip = True; info.skip_reason = \"stop-loss: non-finite "
-    "step\"; trainer.stop_requested = True; trainer.stop_reason = f\"stop-loss at step "
-    "{info.step}: loss {info.loss_value}, grad norm {info.grad_norm_value}\"",
-])
+    "Return at once when info.finite; otherwise four assignments: info.skip, "
+    "info.skip_reason, trainer.stop_requested and trainer.stop_reason, the last one an "
+    "f-string with info.step, info.loss_value and info.grad_norm_value.",
+], solution="""\
+if info.finite:
+    return
+info.skip = True
+info.skip_reason = "stop-loss: non-finite step"
+trainer.stop_requested = True
+trainer.stop_reason = (f"stop-loss at step {info.step}: loss {info.loss_value}, "
+                       f"grad norm {info.grad_norm_value}")""")
 
 # %% [markdown]
 # ## 4. Skip: drop the bad update
@@ -470,16 +477,20 @@ ROLLBACK_CASES = [  # (checkpoints, step, trigger) -> expected
     (([10, 20], 10, "spike"), None),
     (([], 5, "nonfinite"), None),
 ]
-check("rollback_target",
-      lambda: [rollback_target(list(c), s, t) for (c, s, t), _ in ROLLBACK_CASES],
-      [want for _, want in ROLLBACK_CASES], hints=[
+check("rollback_target", rollback_target, [want for _, want in ROLLBACK_CASES],
+      cases={f"checkpoints {c}, {t} at step {s}": (c, s, t)
+             for (c, s, t), _ in ROLLBACK_CASES}, hints=[
           "Go back to the latest checkpoint that the bad update cannot have touched.",
           "The trigger sets the latest safe step: for a non-finite step it is that step "
           "itself, for a spike the step before it; then take the largest checkpoint step not "
           "after it, or None.",
-          "latest = step if trigger == \"nonfinite\" else step - 1; good = [s for s in "
-          "checkpoints if s <= latest]; return good[-1] if good else None",
-      ])
+          "A conditional expression gives the latest safe step; keep the checkpoint steps "
+          "at or before it (they are sorted); the answer is the last one, or None when none "
+          "is left.",
+      ], solution="""\
+latest = step if trigger == "nonfinite" else step - 1
+good = [s for s in checkpoints if s <= latest]
+return good[-1] if good else None""")
 
 # %% [markdown]
 # ## 6. Same seed, same numbers
@@ -636,12 +647,11 @@ def judge_spikes(got):
     for case, (values, kw) in SPIKE_CASES.items():
         want = nanlab_spikes(values, **kw)
         if list(got[case]) != want:
-            return f"{case} ({kw or 'defaults'}): got {list(got[case])}, expected {want}"
+            return f"case {case!r} ({kw or 'defaults'}): got {list(got[case])}, expected {want}"
     return None
 
 
-check("zscore_spikes",
-      lambda: {c: zscore_spikes(v, **kw) for c, (v, kw) in SPIKE_CASES.items()},
+check("zscore_spikes", lambda values, kw: zscore_spikes(values, **kw), cases=SPIKE_CASES,
       test=judge_spikes, hints=[
           "A spike is a value far above the recent ones: judge each new value against a window"
           " of the values before it, never against itself.",
@@ -649,10 +659,24 @@ check("zscore_spikes",
           " window; z counts standard deviations above the window's mean (numpy's mean and "
           "std); flag when z passes z_max and the value is also above the mean by more than "
           "rtol.",
-          "recent = history[-window:]; z = (x - mean) / std if std > 0 else (math.inf if x > "
-          "mean else 0.0); flag if seen >= warmup and len(recent) >= 2 and z > z_max and x > "
-          "(1 + rtol) * mean; then history.append(x)",
-      ])
+          "Keep a history list of the finite values seen so far and judge each new one against"
+          " its last window entries before appending it; a std of 0 makes any rise infinitely "
+          "many sigmas (math.inf), no rise 0.",
+      ], solution="""\
+history, seen, spikes = [], 0, []
+for i, x in enumerate(values):
+    x = float(x)
+    if not math.isfinite(x):
+        continue
+    recent = history[-window:]
+    if seen >= warmup and len(recent) >= 2:
+        mean, std = float(np.mean(recent)), float(np.std(recent))
+        z = (x - mean) / std if std > 0 else (math.inf if x > mean else 0.0)
+        if z > z_max and x > (1 + rtol) * mean:
+            spikes.append(i)
+    history.append(x)
+    seen += 1
+return spikes""")
 
 # %% [markdown]
 # Where does it fire on this lab's runs? (Unfinished function: this cell uses nanlab's.)

@@ -57,7 +57,7 @@ import time
 import matplotlib.pyplot as plt
 import torch
 
-from nanlab.course import check, start_lab
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.distributed import launch, replica_gap, replicas_identical, train_data_parallel
 from nanlab.guard import agree
 from nanlab.model import GPT
@@ -325,27 +325,21 @@ def weight_gap(state_a, state_b):
 
 
 # %% tags=["nbval-check-output"]
-PAIRS = ["garbled, alone", "garbled, agreed", "nan"]
-
-
-def gap_of(name, fn):
-    a, b = runs[name]
-    return fn(a["params"], b["params"])
-
-
-expected = [gap_of(name, lambda a, b: replica_gap([a, b])) for name in PAIRS]
-check("weight_gap",
-      lambda: [gap_of(name, lambda a, b: weight_gap(as_state_dict(a), as_state_dict(b)))
-               for name in PAIRS],
-      expected, hints=[
+PAIRS = ["garbled, alone", "garbled, agreed", "nan"]  # the two replicas of each run
+expected = [replica_gap([r["params"] for r in runs[name]]) for name in PAIRS]
+check("weight_gap", weight_gap, expected,
+      cases={f"the {name} run": tuple(as_state_dict(r["params"]) for r in runs[name])
+             for name in PAIRS}, hints=[
           "The gap between two replicas is the largest absolute difference over every weight "
           "of every tensor; a NaN anywhere must make the gap NaN.",
           "Take one maximum per tensor, then the maximum of those; Python's built-in max keeps"
           " or drops a NaN depending on the order, while torch's max over a stacked tensor "
           "propagates it.",
-          "gaps = [(state_a[k] - state_b[k]).abs().max() for k in state_a]; return "
-          "float(torch.stack(gaps).max())",
-      ])
+          "Collect the per-tensor maxima of the absolute differences in a list, turn it into "
+          "one tensor with torch.stack; the answer is float of its max.",
+      ], solution="""\
+gaps = [(state_a[k] - state_b[k]).abs().max() for k in state_a]
+return float(torch.stack(gaps).max())  # torch's max propagates NaN""")
 
 # %% [markdown]
 # Which tensors did the one-sided skip touch? (`replica_gap` stands in if your
@@ -407,8 +401,10 @@ def agree_flags(per_rank):
 
 
 # %% tags=["nbval-check-output"]
-CASES = [[(False, False), (False, True)], [(True,), (False,), (False,), (False,)],
-         [(False, False), (False, False)], [(True, False)], [(0, 1, 0), (1, 0, 0)]]
+CASES = {"2 ranks, rank 1 raises flag 2": [(False, False), (False, True)],
+         "4 ranks, rank 0 raises the only flag": [(True,), (False,), (False,), (False,)],
+         "2 ranks, no flag raised": [(False, False), (False, False)],
+         "1 rank": [(True, False)], "2 ranks, flags as 0 / 1": [(0, 1, 0), (1, 0, 0)]}
 
 
 def all_reduce_max(per_rank):
@@ -426,26 +422,29 @@ def replay(fn):
 
 
 def judge_agree(got):
-    cases, replayed = got
-    for case, value in zip(CASES, cases, strict=True):
-        want = all_reduce_max(case)
-        if [tuple(bool(v) for v in flags) for flags in value] != want:
-            return f"flags {case}: got {value}, expected {want}"
+    for case, per_rank in CASES.items():
+        want = all_reduce_max(per_rank)
+        if [tuple(bool(v) for v in flags) for flags in got[case]] != want:
+            return f"case {case!r} {per_rank}: got {got[case]}, expected {want}"
+    replayed = replay(agree_flags)
     want = [r["skipped"] for r in runs["garbled, agreed"]]
     if replayed != want:
-        return f"replayed skips per rank {replayed}, the agreed run skipped {want}"
+        return (f"case 'the garbled, alone run, replayed': skips per rank {replayed}, the "
+                f"agreed run skipped {want}")
     return None
 
 
-check("agree_flags", lambda: ([agree_flags(c) for c in CASES], replay(agree_flags)),
+check("agree_flags", agree_flags, cases={c: (per_rank,) for c, per_rank in CASES.items()},
       test=judge_agree, hints=[
           "All ranks must take the same decision: a flag raised on any rank is raised on all, "
           "as an all-reduce with MAX does.",
           "MAX over values of 0 and 1 is a logical OR, flag by flag; every rank gets back the "
           "same tuple.",
-          "agreed = tuple(any(flags[i] for flags in per_rank) for i in "
-          "range(len(per_rank[0]))); return [agreed for _ in per_rank]",
-      ])
+          "Build one tuple, flag position by flag position, with Python's any over the ranks; "
+          "then every rank gets that same tuple, in a list with one entry per rank.",
+      ], solution="""\
+agreed = tuple(any(flags[i] for flags in per_rank) for i in range(len(per_rank[0])))
+return [agreed for _ in per_rank]""")
 
 # %% [markdown]
 # The run that does it, `garbled, agreed` (the same detector, `sync_ranks` at its

@@ -50,7 +50,7 @@ import math
 
 from IPython.display import Markdown, display
 
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import diagnose
 from nanlab.faults import run_fault
 from nanlab.interview import (
@@ -282,32 +282,45 @@ exploding = RunRecord()
 norms = [1.0] * 10 + [10 ** (k / 4) for k in range(1, 17)] + [math.inf]
 for s, g in enumerate(norms):
     exploding.log_step({"step": s, "loss": 1.0, "grad_norm": g, "finite": math.isfinite(g)})
-CASES = [(bad.record, bad.first_bad_step, 20), (exploding, 26, 20), (exploding, 26, 5)]
+CASES = {f"your {FAULT} run, 20 steps before step {bad.first_bad_step}":
+         (bad.record, bad.first_bad_step, 20),
+         "the made-up explosion, 20 steps before step 26": (exploding, 26, 20),
+         "the made-up explosion, 5 steps before step 26": (exploding, 26, 5)}
 
 
 def judge_jump(got):
-    for (record, step, window), mine in zip(CASES, got, strict=False):
+    for case, (record, step, window) in CASES.items():
+        mine = got[case]
         want = grad_norm_jump(record, step, window)
         expected = (want["low_step"], want["high_step"], want["decades"])
         if not isinstance(mine, tuple) or len(mine) != 3:
-            return f"return a tuple (low_step, high_step, decades); got {mine!r}"
+            return f"case {case!r}: return a tuple (low_step, high_step, decades); got {mine!r}"
         if mine[:2] != expected[:2] or not math.isclose(mine[2], expected[2],
                                                          rel_tol=1e-6, abs_tol=1e-9):
-            return f"step {step}, window {window}: got {mine}, expected {expected}"
+            return f"case {case!r}: got {mine}, expected {expected}"
     return None
 
 
-check("grad_jump", lambda: [grad_jump(r, s, w) for r, s, w in CASES], test=judge_jump,
+check("grad_jump", grad_jump, cases=CASES, test=judge_jump,
       hints=[
           "Measure how much the grad norm grew before the bad step: from the lowest value in "
           "the window to the highest value after it, in orders of magnitude.",
           "The record's steps hold each step's grad_norm; keep the finite, positive ones from "
           "the window of steps before step; take the earliest lowest point, then the highest "
           "at or after it; orders of magnitude are the log10 of the ratio.",
-          "low_step, low = min(points, key=lambda p: p[1]); high_step, high = max((p for p in "
-          "points if p[0] >= low_step), key=lambda p: p[1]); return low_step, high_step, "
-          "math.log10(high / low)",
-      ])
+          "Collect (step, norm) pairs; Python's min and max take a key function that compares"
+          " the norms and keep the first of equal ones; math.isfinite and > 0 filter the "
+          "norms, math.log10 gives the decades.",
+      ], solution="""\
+norms = {r["step"]: r.get("grad_norm") for r in record.steps}
+points = []
+for s in range(max(0, step - window), step):
+    g = norms.get(s)
+    if g is not None and math.isfinite(g) and g > 0:
+        points.append((s, g))
+low_step, low = min(points, key=lambda p: p[1])
+high_step, high = max((p for p in points if p[0] >= low_step), key=lambda p: p[1])
+return low_step, high_step, math.log10(high / low)""")
 
 # %% [markdown]
 # The package has the same function, `grad_norm_jump`; the story below uses it. What
@@ -377,31 +390,39 @@ other = dict(facts, fix="bf16", symptom_step=1234, loss_fixed_at_step=0.43219,
              loss_clean_at_step=0.42987, batches_after_fix=766)
 
 
+SENTENCE_CASES = {"your story's facts": (facts,), "made-up facts (bf16, step 1234)": (other,)}
+
+
 def judge_sentence(sentences):
-    for f, text in zip((facts, other), sentences, strict=False):
+    for case, (f,) in SENTENCE_CASES.items():
+        text = sentences[case]
         if not isinstance(text, str):
-            return f"return a string; got {type(text).__name__}"
+            return f"case {case!r}: return a string; got {type(text).__name__}"
         needed = {"the fix": f["fix"], "the failure step": str(f["symptom_step"]),
                   "the fixed run's loss": f"{f['loss_fixed_at_step']:.3g}",
                   "the clean run's loss": f"{f['loss_clean_at_step']:.3g}",
                   "the batches after it": str(f["batches_after_fix"])}
         for what, value in needed.items():
             if value not in text:
-                return f"{what} ({value}) is not in: {text!r}"
+                return f"case {case!r}: {what} ({value}) is not in: {text!r}"
         if len(text.split()) < 15:
-            return f"a full sentence please (15 words or more): {text!r}"
+            return f"case {case!r}: a full sentence please (15 words or more): {text!r}"
     return None
 
 
-check("result_sentence", lambda: [result_sentence(facts), result_sentence(other)],
-      test=judge_sentence,
+check("result_sentence", result_sentence, cases=SENTENCE_CASES, test=judge_sentence,
       hints=[
           "One sentence with the run's own numbers: the fix, the step that had failed, the "
           "fixed and clean losses there, and the batches run since.",
           "The facts dict holds fix, symptom_step, loss_fixed_at_step, loss_clean_at_step and "
           "batches_after_fix; losses read best with three significant digits.",
-          "f\"... a loss of {facts['loss_fixed_at_step']:.3g} ...\" writes 0.43219 as 0.432",
-      ])
+          "An f-string puts each fact in place; the format spec :.3g after a loss writes it "
+          "with three significant digits (0.43219 becomes 0.432).",
+      ], solution="""\
+return (f"With {facts['fix']} and the same seed, the run passed step "
+        f"{facts['symptom_step']} with a loss of {facts['loss_fixed_at_step']:.3g} "
+        f"against {facts['loss_clean_at_step']:.3g} in the clean run, and "
+        f"{facts['batches_after_fix']} more batches ran without a NaN.")""")
 
 # %% [markdown]
 # Now say it in your own words. The bank's question "Tell me about a NaN or

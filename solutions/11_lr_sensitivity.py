@@ -41,7 +41,7 @@ import math
 
 import matplotlib.pyplot as plt
 
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import lr_sensitivity, lr_sweep
 from nanlab.debug.sensitivity import PAPER_LRS
 from nanlab.model import GPT
@@ -91,25 +91,31 @@ def my_sensitivity(final_losses, initial_loss):
 
 
 # %% tags=["nbval-check-output"]
-CASES = [([4.5, 4.0, 9.0], 7.0), ([2.0, float("nan"), 2.5], 3.5), ([1.0, 1.0], 3.0)]
+CASES = {"one loss above the initial one": ([4.5, 4.0, 9.0], 7.0),
+         "a NaN run": ([2.0, float("nan"), 2.5], 3.5), "two equal runs": ([1.0, 1.0], 3.0)}
 
 
 def sensitivity_test(got):
-    for (losses, l0), value in zip(CASES, got, strict=True):
+    for case, (losses, l0) in CASES.items():
         want = lr_sensitivity(losses, l0)
-        if not math.isclose(value, want, rel_tol=1e-9, abs_tol=1e-12):
-            return f"{losses}, initial {l0}: got {value}, expected {want}"
+        if not math.isclose(got[case], want, rel_tol=1e-9, abs_tol=1e-12):
+            return (f"case {case!r} ({losses}, initial {l0}): got {got[case]}, "
+                    f"expected {want}")
     return None
 
 
-check("my_sensitivity", lambda: [my_sensitivity(*case) for case in CASES],
-      test=sensitivity_test,
+check("my_sensitivity", my_sensitivity, cases=CASES, test=sensitivity_test,
       hints=["A diverged run counts as if it never trained: its loss is the loss at "
              "initialisation, and a finite loss above that is capped there too.",
              "Section 1's definition: average the capped losses over the whole grid, then "
              "subtract the best finite loss; math.isfinite tells NaN and inf from numbers.",
-             "`capped = [min(x, initial_loss) if math.isfinite(x) else initial_loss for x in "
-             "final_losses]`, then `sum(capped) / len(capped) - best`"])
+             "A list comprehension with a conditional expression caps every loss (min with "
+             "initial_loss, or initial_loss itself when not finite); the best is the min of "
+             "the finite losses only."],
+      solution="""\
+capped = [min(x, initial_loss) if math.isfinite(x) else initial_loss for x in final_losses]
+best = min(x for x in final_losses if math.isfinite(x))
+return sum(capped) / len(capped) - best""")
 
 # %% [markdown]
 # ## 2. The sweep: seven LRs, six recipes

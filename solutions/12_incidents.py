@@ -37,7 +37,7 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.faults import run_fault
 from nanlab.guard import Guard
 from nanlab.signals import final_loss, find_spikes
@@ -416,28 +416,31 @@ def spike_score(values, window=1000, sigma=7.0):
 
 
 # %% tags=["nbval-check-output"]
-SCORE_CASES = [(([1.0] * 50 + [10.0] + [1.0] * 49, 20, 7.0), 1.25),
-               (([1.0, 2.0] * 50, 20, 7.0), 0.0),
-               (([1.0] * 30 + [5.0] + [1.0] * 29 + [9.0] + [1.0] * 9, 10, 3.0), 100 * 2 / 60)]
-
-
-def score_test(got):
-    for (args, want), value in zip(SCORE_CASES, got, strict=True):
-        if abs(value - want) > 1e-9:
-            return f"window {args[1]}, sigma {args[2]}: got {value}, expected {want}"
-    return None
-
-
-check("spike_score", lambda: [spike_score(*args) for args, _ in SCORE_CASES],
-      test=score_test,
+SCORE_CASES = {  # (values, window, sigma) -> score
+    "a 10 among 100 ones, window 20, sigma 7": (([1.0] * 50 + [10.0] + [1.0] * 49, 20, 7.0),
+                                                 1.25),
+    "1 and 2 alternating, window 20, sigma 7": (([1.0, 2.0] * 50, 20, 7.0), 0.0),
+    "a 5 and a 9 among 70 ones, window 10, sigma 3": (
+        ([1.0] * 30 + [5.0] + [1.0] * 29 + [9.0] + [1.0] * 9, 10, 3.0), 100 * 2 / 60),
+}
+check("spike_score", spike_score, [want for _, want in SCORE_CASES.values()],
+      cases={case: args for case, (args, _) in SCORE_CASES.items()},
       hints=["A spike is judged against the recent past only: the mean and the spread of "
              "the window of values just before it, not of the whole series.",
              "Loop over the positions from window on; the past is the slice of the window "
              "values before each one, and numpy gives its mean and standard deviation; "
              "divide the count by the number of judged values (the length minus the "
              "window), times 100.",
-             "`flagged += abs(values[i] - past.mean()) > sigma * past.std()`, then "
-             "`100.0 * flagged / (len(values) - window)`"])
+             "np.asarray turns the values into an array, so a slice has .mean() and .std(); "
+             "a comparison (True counts as 1) adds to the count of flagged values."],
+      solution="""\
+values = np.asarray(values, dtype=float)
+flagged = 0
+for i in range(window, len(values)):
+    past = values[i - window:i]
+    flagged += abs(values[i] - past.mean()) > sigma * past.std()
+judged = len(values) - window
+return 100.0 * flagged / judged if judged > 0 else 0.0""")
 
 # %% [markdown]
 # With it, compare the runs of this lab (a window of 50 suits 300 steps):

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from nanlab import faults
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import diagnose
 
 start_lab("13_optimizer_state")
@@ -458,10 +458,20 @@ check("bit_exact_resume", resumed_run, test=resume_test,
              "Each of model, optimizer, scheduler and scaler has a state_dict and a "
              "load_state_dict method; the global RNG has torch.get_rng_state and "
              "torch.set_rng_state.",
-             "`return {'model': model.state_dict(), 'optimizer': optimizer.state_dict(), "
-             "'scheduler': scheduler.state_dict(), 'scaler': scaler.state_dict(), "
-             "'rng': torch.get_rng_state()}`, and in `load_state` one `load_state_dict` per "
-             "object, then `torch.set_rng_state(state['rng'])`"])
+             "save_state returns one dict with a key per object plus one for the RNG state; "
+             "load_state reads the same keys back, one load_state_dict per object, and "
+             "restores the RNG last."],
+      solution="""\
+# save_state
+return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
+        "rng": torch.get_rng_state()}
+# load_state
+model.load_state_dict(state["model"])
+optimizer.load_state_dict(state["optimizer"])
+scheduler.load_state_dict(state["scheduler"])
+scaler.load_state_dict(state["scaler"])
+torch.set_rng_state(state["rng"])""")
 
 # %% [markdown]
 # Leave out one part and rerun the check: which step differs first tells you what it

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from nanlab import faults
 from nanlab.accum import split_batch, target_count
-from nanlab.course import check, hint, start_lab  # noqa: F401  (hint: yours, when stuck)
+from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import diagnose
 from nanlab.debug.attribution import per_sample_loss
 from nanlab.faults.hardware import flip_bit
@@ -327,40 +327,60 @@ def token_weighted_loss(logits, targets, total_targets):
 
 
 # %% tags=["nbval-check-output"]
-def accumulated_grads():
+MICRO_BATCHES = ["micro-batch 0, every target masked", "micro-batch 1, 2 targets",
+                 "micro-batch 2, 12 targets", "micro-batch 3, 12 targets"]
+
+
+def accumulated_step():
+    """The whole batch's mean loss and gradients, then your micro-batches' (4 of 2 rows)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.Linear(8, 10))
     x = torch.randint(0, 10, (8, 6))
     y = torch.randint(0, 10, (8, 6))
     y[:2] = -100          # micro-batch 0: every target masked
     y[2:4, :-1] = -100    # micro-batch 1: 2 targets
-    F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100).backward()
+    whole = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
+    whole.backward()
     want = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     total = int((y != -100).sum())
-    for xs, ys in zip(x.split(2), y.split(2), strict=True):
-        token_weighted_loss(model(xs), ys, total).backward()
-    return want, [p.grad for p in model.parameters()]
+    losses = {}
+    for label, xs, ys in zip(MICRO_BATCHES, x.split(2), y.split(2), strict=True):
+        loss = token_weighted_loss(model(xs), ys.clone(), total)
+        loss.backward()
+        losses[label] = float(loss.detach())
+    return float(whole.detach()), losses, want, [p.grad for p in model.parameters()]
 
 
-def grads_test(result):
-    want, got = result
+def step_test(result):
+    whole, losses, want, got = result
+    for label, loss in losses.items():
+        if not np.isfinite(loss):
+            return (f"case {label!r}: its loss is {loss}: what should a micro-batch without "
+                    "targets add?")
+    if not np.isclose(sum(losses.values()), whole, rtol=1e-5, atol=0.0):
+        return (f"the micro-batch losses add up to {sum(losses.values()) / whole:.2f} x the "
+                "whole batch's loss: how much should each target weigh?")
     if not all(torch.isfinite(g).all() for g in got):
         return "a gradient is not finite: what does a micro-batch without targets add?"
     if not all(torch.allclose(a, b, atol=1e-6) for a, b in zip(want, got, strict=True)):
         ratio = float(got[1].norm() / want[1].norm())
-        return (f"the accumulated gradient is not the whole batch's (norm ratio {ratio:.2f}): "
-                "how much should each target weigh?")
+        return (f"the losses add up, but the accumulated gradient is not the whole batch's "
+                f"(norm ratio {ratio:.2f}): is every micro-batch's loss part of the graph?")
     return None
 
 
-check("token_weighted_accumulation", accumulated_grads, test=grads_test,
+check("token_weighted_accumulation", accumulated_step, test=step_test,
       hints=["Each unmasked target of the step should weigh 1 / N, whichever micro-batch "
              "it sits in; a micro-batch with no target should add exactly 0, not 0 / 0.",
              "F.cross_entropy takes ignore_index=-100 and reduction='sum': the sum over "
              "this micro-batch's unmasked targets, 0 when there are none.",
-             "`return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), "
-             "ignore_index=-100, reduction='sum') / total_targets`"])
+             "Flatten the logits to (positions, vocabulary) and the targets to (positions,), "
+             "as F.cross_entropy expects; divide the summed loss by the step's total_targets, "
+             "never by this micro-batch's own count."],
+      solution="""\
+return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100,
+                       reduction="sum") / total_targets""")
 
 # %% [markdown]
 # ## 7. Practice

@@ -110,3 +110,34 @@ def test_set_lab_names_the_default_lab(tmp_path):
             progress.set_lab("")
     finally:
         progress.set_lab("unknown")
+
+
+def test_a_first_solve_after_the_answer_was_shown_is_told_apart(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    progress.record("lab", "alone", correct=True, path=path)
+    progress.record("lab", "alone", correct=False, answered=False, answer_shown=True, path=path)
+    progress.record("lab", "helped", correct=False, path=path)
+    progress.record("lab", "helped", correct=False, answered=False, answer_shown=True,
+                    path=path)
+    helped = progress.record("lab", "helped", correct=True, path=path)
+    assert helped["solved_after_answer"] and helped["answer_shown"]
+    alone = progress.entry("lab", "alone", path=path)
+    assert alone["answer_shown"] and not alone["solved_after_answer"]
+    assert progress.summary(path)["lab"] == {"seen": 2, "answered": 2, "correct": 2,
+                                             "attempts": 3, "after_answer": 1}
+    text = progress.show_progress(path)
+    assert "lab: 2 of 2 correct (2 answered, 3 attempts); 1 of them after seeing the answer" \
+        in text
+    assert "  [x] alone (1 attempt, solution seen)" in text
+    assert "  [x] helped (2 attempts, solved after seeing the solution)" in text
+
+
+def test_a_bad_answer_flag_is_repaired_with_one_warning(tmp_path):
+    path = tmp_path / "p.json"
+    entry = {"kind": "exercise", "answered": True, "correct": True, "attempts": 1,
+             "hints_used": 0, "first_seen": None, "last_attempt": None, "solved_at": None,
+             "answer_shown": "yes", "solved_after_answer": 1}
+    path.write_text(json.dumps({"version": 1, "labs": {"lab": {"a": entry}}}))
+    with pytest.warns(UserWarning, match="'answer_shown' is not valid \\('yes'\\) \\(and 1 more"):
+        loaded = progress.load(path)["labs"]["lab"]["a"]
+    assert loaded["answer_shown"] is False and loaded["solved_after_answer"] is False

@@ -1,7 +1,7 @@
 """The course machinery: notebooks built from one source, exercise checks, practice, progress.
 
 - ``notebooks``:     solution notebooks (jupytext pairs) -> student labs; build / check / execute
-- ``checks``:        exercise checks: passed / not done yet / not yet right, and hints
+- ``checks``:        exercise checks: passed / not done yet / not yet right, hints, solutions
 - ``quiz``:          grading of the practice questions, plain Python
 - ``rubric``:        rubric scoring of free-text answers (English and Chinese)
 - ``widgets``:       the practice questions as ipywidgets (Check, Hint, Show answer)
@@ -13,11 +13,11 @@
 
 What a lab imports, in one line:
 
->>> from nanlab.course import check, hint, predict, practice, start_lab, show_progress
+>>> from nanlab.course import check, hint, predict, practice, solution, start_lab, show_progress
 """
 
 from nanlab.course import progress
-from nanlab.course.checks import check, hint, predict, start_lab
+from nanlab.course.checks import check, hint, predict, solution, start_lab
 from nanlab.course.progress import show_progress
 from nanlab.course.questions import practice
 from nanlab.course.rubric import KeyPoint, WrongClaim, score_answer
@@ -25,4 +25,4 @@ from nanlab.course.widgets import FreeText, MultipleChoice, Ordering, RootCause
 
 __all__ = ["FreeText", "KeyPoint", "MultipleChoice", "Ordering", "RootCause", "WrongClaim",
            "check", "hint", "practice", "predict", "progress", "score_answer", "show_progress",
-           "start_lab"]
+           "solution", "start_lab"]

@@ -7,10 +7,17 @@ The first printed line is a stable fact, so nbval can compare it in the solution
 - ``not yet right: <name>: <what>``   wrong value, or the learner's code raised
 
 ``check`` never raises, so an unfilled lab runs top to bottom (CI runs it that way). Each
-result goes to the progress file. Hints are revealed one at a time with ``hint(name)``.
-A wrong value is described (what was got, where it differs) without the expected value
-until the learner has tried ``REVEAL_AFTER`` (3) times: a first wrong try is not handed
-the answer.
+result goes to the progress file. Hints are revealed one at a time with ``hint(name)``;
+they explain the idea and name the API, never the code. The reference code is a separate,
+explicit step, ``solution(name)``, noted in the progress file, so a check passed after
+it is told apart from one passed alone. A wrong value is described (what was got, where
+it differs) without the expected value until the learner has tried ``REVEAL_AFTER`` (3)
+times: a first wrong try is not handed the answer.
+
+An exercise judged on several inputs passes them as named ``cases``: the learner's
+function runs once per case, on deep copies of its arguments (so code that changes its
+inputs in place is judged like any other), and a failure names the case in words
+(``case 'all-masked micro-batch': got nan, ...``), a case that raises included.
 
 A prediction is committed before the experiment that tests it runs: ``predict(name,
 my_predictions)`` locks the first filled-in answer (in the kernel and in the progress
@@ -19,16 +26,22 @@ one changed after the results were on screen.
 
 Usage in a check cell::
 
-    check("is_finite_report", lambda: is_finite_report(t), {"finite": 2, "inf": 1, "nan": 1},
-          hints=["torch.isnan and torch.isinf give boolean masks."])
+    check("is_finite_report", lambda: is_finite_report(t.clone()),
+          {"finite": 2, "inf": 1, "nan": 1},
+          hints=["torch.isnan and torch.isinf give boolean masks."],
+          solution="return {'finite': int(torch.isfinite(t).sum()), ...}")
+
+    check("first_bad_step", first_bad_step, [2, None],
+          cases={"NaN after two losses": ([3.0, 2.0, nan],), "all finite": ([1.0],)})
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +57,8 @@ _hints: dict[str, Hints] = {}
 _last_name: str | None = None
 _wrong_tries: dict[str, int] = {}
 _predictions: dict[tuple[str, str], Any] = {}
+_solutions: dict[str, str] = {}
+_labs: dict[str, str | None] = {}
 
 
 @dataclass
@@ -94,6 +109,7 @@ def evaluate(
     *,
     test: Callable[[Any], str | bool | None] | None = None,
     reveal: bool = True,
+    cases: Mapping[str, tuple | dict] | None = None,
 ) -> CheckResult:
     """Run ``attempt`` (a zero-argument callable, or a plain value) and judge it; never raises.
 
@@ -102,19 +118,35 @@ def evaluate(
     string saying what differed. A value of the wrong kind is a WRONG result that says
     what kind was expected. ``reveal=False`` leaves the expected value out of the verdict.
 
+    With ``cases`` ({case in words: its arguments, a tuple or a dict of keywords}),
+    ``attempt`` is the function to call once per case, on deep copies of the arguments.
+    ``expected`` is then a list (one value per case, in order) or a dict by case, and
+    ``test`` gets {case: value}; a failure, or a case that raises, names the case.
+
     >>> evaluate("two", lambda: 1 + 1, 2).line()
     'passed: two'
     >>> evaluate("two", "2", 2).line()
     "not yet right: two: expected a number, got str '2'"
+    >>> evaluate("half", lambda x: x // 2, [1, 2.5], cases={"two": (2,), "five": (5,)}).line()
+    "not yet right: half: case 'five': got 2, expected 2.5"
     """
     if (expected is _NOTHING) == (test is None):
         raise TypeError(f"check {name!r}: give exactly one of expected=... or test=...")
+    if cases is not None:
+        expected = _expected_by_case(name, cases, expected)
+        return _evaluate_cases(name, attempt, cases, expected, test, reveal)
     try:
         value = attempt() if callable(attempt) else attempt
     except NotImplementedError:
         return CheckResult(name, NOT_DONE)
     except (Exception, SystemExit) as err:  # the learner's code failed: report it in one line
         return CheckResult(name, WRONG, f"your code raised {_one_line(err)}")
+    return CheckResult(name, *_judge(value, expected, test, reveal))
+
+
+def _judge(value: Any, expected: Any, test: Callable | None, reveal: bool,
+           label: str | None = None) -> tuple[str, str]:
+    """(status, detail) of a value the learner's code returned; never raises."""
     try:
         if test is not None:
             verdict = test(value)
@@ -126,7 +158,60 @@ def evaluate(
             problem = describe_difference(value, expected, reveal=reveal)
     except Exception as err:  # a test tripping over an odd value is still feedback
         problem = f"checking it raised {_one_line(err)} (value given: {_short(value)})"
-    return CheckResult(name, PASSED if problem is None else WRONG, problem or "")
+    if problem is None:
+        return PASSED, ""
+    return WRONG, (f"case {label!r}: {problem}" if label is not None else problem)
+
+
+def _expected_by_case(name: str, cases: Any, expected: Any) -> Any:
+    """``expected`` as {case: value}; a malformed ``cases`` is the author's TypeError."""
+    if not isinstance(cases, Mapping) or not cases:
+        raise TypeError(f"check {name!r}: cases= must be a non-empty dict {{case in words: "
+                        f"arguments}}, got {_short(cases)}")
+    for label, args in cases.items():
+        if not isinstance(label, str) or not isinstance(args, (tuple, dict)):
+            raise TypeError(f"check {name!r}: case {label!r} must be named by text and give a "
+                            f"tuple of arguments or a dict of keywords, got {_short(args)}")
+    if expected is _NOTHING:
+        return expected
+    if isinstance(expected, (list, tuple)):
+        if len(expected) != len(cases):
+            raise TypeError(f"check {name!r}: {len(expected)} expected values for "
+                            f"{len(cases)} cases")
+        return dict(zip(cases, expected, strict=True))
+    if isinstance(expected, dict) and set(expected) == set(cases):
+        return expected
+    raise TypeError(f"check {name!r}: with cases=, expected= is a list (one value per case) "
+                    f"or a dict with the same cases, got {_short(expected)}")
+
+
+def _evaluate_cases(name: str, function: Any, cases: Mapping[str, tuple | dict],
+                    expected: Any, test: Callable | None, reveal: bool) -> CheckResult:
+    """Call ``function`` once per case on copies of its arguments; judge each value."""
+    if not callable(function):
+        raise TypeError(f"check {name!r}: with cases=, give the function to call, got "
+                        f"{_short(function)}")
+    values = {}
+    for label, args in cases.items():
+        try:
+            args = copy.deepcopy(args)  # the learner may change its inputs in place
+        except Exception as err:
+            raise TypeError(f"check {name!r}: case {label!r}: its arguments cannot be "
+                            f"copied ({_one_line(err)})") from err
+        try:
+            values[label] = function(**args) if isinstance(args, dict) else function(*args)
+        except NotImplementedError:
+            return CheckResult(name, NOT_DONE)
+        except (Exception, SystemExit) as err:
+            return CheckResult(name, WRONG, f"case {label!r}: your code raised "
+                                            f"{_one_line(err)}{_none_note(err, args)}")
+    if test is not None:
+        return CheckResult(name, *_judge(values, None, test, reveal))
+    for label, value in values.items():
+        status, detail = _judge(value, expected[label], None, reveal, label)
+        if status != PASSED:
+            return CheckResult(name, status, detail)
+    return CheckResult(name, PASSED)
 
 
 def check(
@@ -135,15 +220,19 @@ def check(
     expected: Any = _NOTHING,
     *,
     test: Callable[[Any], str | bool | None] | None = None,
+    cases: Mapping[str, tuple | dict] | None = None,
     hints: Sequence[str] = (),
+    solution: str | None = None,
     lab: str | None = None,
     locked: bool = False,
 ) -> None:
     """Evaluate an exercise, print the verdict and record it; returns None so no ``Out[]``.
 
-    The expected value is named only after ``REVEAL_AFTER`` wrong tries. ``locked=True``
-    grades the prediction committed earlier with :func:`predict` (the first one), not
-    whatever ``attempt`` returns now.
+    The expected value is named only after ``REVEAL_AFTER`` wrong tries. ``cases`` names
+    the inputs of an exercise judged on several (see :func:`evaluate`). ``hints`` are the
+    ladder ``hint(name)`` climbs, ideas and APIs; ``solution`` is the reference code that
+    :func:`solution` prints on request. ``locked=True`` grades the prediction committed
+    earlier with :func:`predict` (the first one), not whatever ``attempt`` returns now.
 
     >>> check("two", lambda: 1 + 1, 2)  # doctest: +SKIP
     passed: two
@@ -151,6 +240,9 @@ def check(
     global _last_name
     if name not in _hints or (hints and _hints[name].hints != list(hints)):
         _hints[name] = Hints(hints)
+    if solution is not None:
+        _solutions[name] = str(solution)
+    _labs[name] = lab
     _last_name = name
     if locked:
         result, attempt = _locked_attempt(name, attempt, lab)
@@ -160,7 +252,7 @@ def check(
                             hints_used=_hints[name].revealed)
             return
     reveal = locked or _wrong_tries.get(name, 0) + 1 >= REVEAL_AFTER
-    result = evaluate(name, attempt, expected, test=test, reveal=reveal)
+    result = evaluate(name, attempt, expected, test=test, reveal=reveal, cases=cases)
     if locked and result.status == WRONG:
         result.detail = "your locked prediction: " + result.detail
     if result.status == WRONG:
@@ -168,16 +260,21 @@ def check(
     print(result.line())
     if result.status == NOT_DONE:
         print("  Replace `# YOUR CODE HERE` / `raise NotImplementedError()` above and rerun.")
-    if not result.passed and _hints[name].hints:
-        n = len(_hints[name].hints)
-        print(f"  Stuck? hint({name!r}) shows a hint ({n} available, one at a time).")
-    progress.record(
+    ladder = _hints[name]
+    if not result.passed and ladder.revealed < len(ladder.hints):
+        print(f"  Stuck? hint({name!r}) shows a hint ({len(ladder.hints)} available, one at "
+              "a time).")
+    elif not result.passed and name in _solutions:
+        print(f"  No more hints: {_SEE_SOLUTION.format(name=name)}")
+    entry = progress.record(
         lab,
         name,
         correct=result.passed,
         answered=result.status != NOT_DONE,
-        hints_used=_hints[name].revealed,
+        hints_used=ladder.revealed,
     )
+    if result.passed and entry.get("solved_after_answer"):
+        print("  (passed after seeing the reference solution; your progress notes it)")
 
 
 def predict(name: str, attempt: Callable[[], Any] | Any, *, lab: str | None = None) -> None:
@@ -267,7 +364,63 @@ def hint(name: str | None = None) -> None:
         known = ", ".join(sorted(_hints)) or "none yet"
         print(f"No hints registered for {name!r}; known exercises: {known}. Run its check first.")
         return
-    print(_hints[name].next())
+    ladder = _hints[name]
+    if ladder.revealed >= len(ladder.hints) and name in _solutions:
+        shown = f" (all {len(ladder.hints)} shown)" if ladder.hints else " for this one"
+        print(f"No more hints{shown}. {_SEE_SOLUTION.format(name=name)}")
+        return
+    print(ladder.next())
+
+
+_SEE_SOLUTION = "solution({name!r}) shows the reference solution; progress notes that you looked."
+
+
+def solution(name: str | None = None) -> None:
+    """Print the reference solution of exercise ``name`` (default: the last one checked) and
+    note in the progress file that it was seen; never raises.
+
+    Hints name the idea and the API; the code itself is this separate step, so the progress
+    file can tell a check passed alone from one passed after looking.
+
+    >>> solution("is_finite_report")  # doctest: +SKIP
+    Reference solution for 'is_finite_report' (your progress notes that you looked):
+    """
+    if name is not None and not isinstance(name, str):
+        print(f"solution() takes the exercise's name as text, like "
+              f"solution('is_finite_report'); got {_short(name)}")
+        return
+    name = name or _last_name
+    if name is None:
+        print("No exercise checked yet: run a check cell first, then solution().")
+        return
+    if name not in _solutions:
+        known = ", ".join(sorted(_solutions)) or "none yet"
+        why = ("it has no reference solution to show" if name in _hints
+               else "run its check cell first")
+        print(f"No reference solution for {name!r}: {why}. Exercises with one: {known}.")
+        return
+    print(f"Reference solution for {name!r} (your progress notes that you looked):")
+    for line in _solutions[name].splitlines():
+        print(f"    {line}")
+    progress.record(_labs.get(name), name, correct=False, answered=False, answer_shown=True,
+                    hints_used=_hints[name].revealed if name in _hints else None)
+
+
+def _none_note(err: BaseException, args: tuple | dict) -> str:
+    """Which arguments were None, when the learner's code tripped over a None.
+
+    >>> _none_note(TypeError("'NoneType' object is not subscriptable"), {"a": None, "b": 1})
+    ' (a is None in this case)'
+    """
+    if not isinstance(err, (TypeError, AttributeError)) or "NoneType" not in str(err):
+        return ""
+    if isinstance(args, dict):
+        nones = [str(key) for key, value in args.items() if value is None]
+    else:
+        nones = [f"argument {i + 1}" for i, value in enumerate(args) if value is None]
+    if not nones:
+        return ""
+    return f" ({', '.join(nones)} {'is' if len(nones) == 1 else 'are'} None in this case)"
 
 
 def describe_difference(got: Any, expected: Any, where: str = "", *,

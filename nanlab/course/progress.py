@@ -24,6 +24,11 @@ Layout::
     {"version": 1,
      "labs": {"01_numbers": {"is_finite_report": {"kind": "exercise", "answered": true,
                                                   "correct": true, "attempts": 2, ...}}}}
+
+``answer_shown`` notes that the learner asked for the answer (a question's **Show answer**,
+an exercise's ``solution(name)``); ``solved_after_answer`` that the first right answer came
+after that, so a check passed after reading the reference solution is told apart, in
+``summary`` and ``show_progress``, from one passed alone.
 """
 
 from __future__ import annotations
@@ -105,8 +110,9 @@ def record(
 
     ``answered=False`` (a stub not filled in, an empty widget) notes that the learner got
     here without counting an attempt. ``answer_shown`` notes that the learner asked for
-    the answer; ``prediction`` (a JSON value) stores a committed prediction, once: the
-    first one stays. A file that cannot be written gives a warning, not an
+    the answer (or the reference solution); a first right answer after that is marked
+    ``solved_after_answer``. ``prediction`` (a JSON value) stores a committed prediction,
+    once: the first one stays. A file that cannot be written gives a warning, not an
     error, so a read-only home directory never breaks a lab. A damaged file is backed up
     as ``<name>.bad-<time>`` before the repaired record replaces it.
 
@@ -127,6 +133,7 @@ def record(
         entry["correct"] = bool(correct)
         if correct and entry["solved_at"] is None:
             entry["solved_at"] = now
+            entry["solved_after_answer"] = entry.get("answer_shown", False)
     if isinstance(hints_used, int):
         entry["hints_used"] = max(entry["hints_used"], hints_used)
     if answer_shown:
@@ -155,10 +162,11 @@ def entry(lab: str | None, item: str, path: str | Path | None = None) -> dict[st
 
 
 def summary(path: str | Path | None = None) -> dict[str, dict[str, int]]:
-    """Per lab: how many items were seen, answered and correct, and the attempts made.
+    """Per lab: how many items were seen, answered and correct, the attempts made, and how
+    many of the correct ones were first solved after the answer or solution was shown.
 
     >>> summary()  # doctest: +SKIP
-    {'01_numbers': {'seen': 5, 'answered': 4, 'correct': 3, 'attempts': 7}}
+    {'01_numbers': {'seen': 5, 'answered': 4, 'correct': 3, 'attempts': 7, 'after_answer': 1}}
     """
     return _summary(load(path))
 
@@ -181,14 +189,22 @@ def show_progress(path: str | Path | None = None) -> str:
     if not data["labs"]:
         lines.append("  nothing recorded yet: run a check cell or a practice question")
     for lab, counts in _summary(data).items():
+        after = counts["after_answer"]
         lines.append(
             f"{lab}: {counts['correct']} of {counts['seen']} correct "
             f"({counts['answered']} answered, {counts['attempts']} attempts)"
+            + (f"; {after} of them after seeing the answer" if after else "")
         )
         for item, entry in sorted(data["labs"][lab].items()):
             mark = "x" if entry["correct"] else ("~" if entry["answered"] else " ")
             tries = entry["attempts"]
-            lines.append(f"  [{mark}] {item} ({tries} attempt{'' if tries == 1 else 's'})")
+            note = f"{tries} attempt{'' if tries == 1 else 's'}"
+            if entry["correct"] and entry.get("solved_after_answer"):
+                shown = "solution" if entry["kind"] == "exercise" else "answer"
+                note += f", solved after seeing the {shown}"
+            elif entry.get("answer_shown"):
+                note += f", {'solution' if entry['kind'] == 'exercise' else 'answer'} seen"
+            lines.append(f"  [{mark}] {item} ({note})")
     text = "\n".join(lines)
     print(text)
     return text
@@ -228,6 +244,9 @@ _FIELDS: dict[str, tuple[Any, Any]] = {
     "solved_at": (lambda v: v is None or isinstance(v, str), None),
 }
 _SILENT = ("hints_used", "answered", "correct")
+# Written only once they are True (an entry without them reads False); a bad value is a
+# problem, repaired to False.
+_FLAGS = ("answer_shown", "solved_after_answer")
 
 
 @dataclass
@@ -310,6 +329,11 @@ def _repair(loaded: Any, state: _State) -> None:
                     problems.append(f"entry {lab}/{item}: {name!r} is not valid "
                                     f"({_brief(entry[name])})")
                     entry[name] = default
+            for name in _FLAGS:
+                if name in entry and not isinstance(entry[name], bool):
+                    problems.append(f"entry {lab}/{item}: {name!r} is not valid "
+                                    f"({_brief(entry[name])})")
+                    entry[name] = False
             kept[item] = entry
         if kept or not items:
             state.data["labs"][lab] = kept
@@ -360,6 +384,8 @@ def _summary(data: dict[str, Any]) -> dict[str, dict[str, int]]:
             "answered": sum(e["answered"] for e in items.values()),
             "correct": sum(e["correct"] for e in items.values()),
             "attempts": sum(e["attempts"] for e in items.values()),
+            "after_answer": sum(bool(e["correct"] and e.get("solved_after_answer"))
+                                for e in items.values()),
         }
     return out
 

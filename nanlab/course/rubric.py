@@ -42,11 +42,12 @@ Negation and dismissal
     words (``NEGATION_WINDOW_CJK`` Chinese characters) away; a comma, a colon or a word
     such as ``but``, ``then``, ``because``, ``if`` ends its reach, and so does ``is`` /
     ``are`` for a negation in the subject ("no growth before it is bad data" does not
-    negate "bad data"); two negations side by side cancel. A dismissal counts as a negation too, before the phrase ("the last thing I
-    would do is ...", "a waste of time to ...", 忽略) or after it ("... is a waste of
-    time", "... is pointless", 没必要, 多余), within ``DISMISS_WINDOW_WORDS``. A key point
-    about what something does *not* do lists its phrases under ``denied``: they count
-    only when negated ("clipping does not cure a gradient that is *already NaN*").
+    negate "bad data"); two negations side by side cancel. A dismissal counts as a
+    negation too, before the phrase ("the last thing I would do is ...", "a waste of
+    time to ...", 忽略) or after it ("... is a waste of time", "... is pointless", 没必要,
+    多余), within ``DISMISS_WINDOW_WORDS``. A key point about what something does *not*
+    do lists its phrases under ``denied``: they count only when negated ("clipping does
+    not cure a gradient that is *already NaN*").
 
 Order
     ``score_answer(..., ordered=True)`` is for questions whose steps are the point (the

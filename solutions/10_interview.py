@@ -113,11 +113,13 @@ print("by level:", counts["level"])
 print("by topic:", counts["topic"])
 
 # %% [markdown]
-# A written answer is scored against the key points, in English or Chinese, with
-# synonyms. One rule matters for how you practise: **a key point counts only when it
-# is explained**, with about three words of its own in the same sentence. A bare
-# list of keywords scores nothing, however many it names. Here are five answers to
-# the same question:
+# A written answer is scored against the key points, in English or Chinese, each a
+# claim with many phrasings. Two to four **core** points decide the score; an answer
+# passes with 60 % of them (the one pass mark of every widget and the mock interview);
+# **bonus** points are named in the feedback and never fail you. One rule matters for
+# how you practise: **a key point counts only when it is explained**, with a couple of
+# words of its own in the same sentence, so a bare list of keywords scores nothing.
+# Here are five answers to the same question:
 
 # %% tags=["nbval-check-output"]
 q = get_question("first-thing")
@@ -133,18 +135,21 @@ answers = {
     "keyword list": "stop, logs, first NaN step, checkpoint, rollback, LR / 10, AMP",
     "off-topic": "I would buy more GPUs and train a bigger model for longer.",
     "Chinese": (
-        "首先停止训练，避免继续在错误的权重上浪费算力，并保存日志和模型快照作为证据。"
-        "然后回滚到最后一个正常的检查点，用降低10倍的学习率重新启动，观察NaN是否复现。"),
+        "首先停止训练，保存日志和模型快照作为证据。然后在日志里找到第一个出现 NaN 的 step，"
+        "先检查那一步 batch 里的数据有没有 NaN 或者越界的 label。再回滚到最后一个正常的"
+        " checkpoint，用十分之一的 LR 重新跑，看 NaN 是否复现。"),
 }
 for label, text in answers.items():
     result = q.score(text)
-    print(f"{label:13} score {result.score:4.0%}  covered: {result.present}")
+    verdict = "pass" if result.passed else "fail"
+    print(f"{label:13} score {result.score:4.0%} {verdict}  covered: {result.present}")
 
 # %% [markdown]
-# Naming a point is not enough either way: a phrase the sentence **negates** earns
-# nothing ("I would not roll back"), and each question lists **wrong claims** a good
-# answer must not make. One wrong claim caps the score at 40 %, whatever else is right.
-# Two answers that use the right words:
+# Naming a point is not enough either way: a phrase the sentence **negates** or
+# **dismisses** earns nothing ("I would not roll back", "rolling back is a waste of
+# time"), and each question lists **wrong claims** a good answer must not make. One
+# wrong claim caps the score at 40 %, whatever else is right. Three answers that use
+# the right words:
 
 # %% tags=["nbval-check-output"]
 tricky = {
@@ -152,6 +157,9 @@ tricky = {
         "I would not stop the run and I would not keep the evidence: no logs, no "
         "snapshot. I would never roll back to the last good checkpoint, and I would not "
         "check the data of the failing batch."),
+    "dismissed": (
+        "Stopping the run is a waste of time because it may recover. The last thing I "
+        "would do is roll back to an older checkpoint; I would keep training."),
     "wrong claim": q.answer + " " + q.must_not[0].example,
 }
 for label, text in tricky.items():
@@ -159,10 +167,13 @@ for label, text in tricky.items():
     print(f"{label:12} score {result.score:4.0%}  negated: {result.negated}  wrong: {result.wrong}")
 
 # %% [markdown]
-# The rubric reads words, not meaning: an unusual negation ("the last thing I would do
-# is roll back") slips through, and a wrong number is caught only when a key point or a
-# wrong claim names it. It rewards explanations on purpose, because that is what an
-# interviewer rewards.
+# Where the order is the point (the SOP), steps out of order fail too. The rubric
+# reads words, not meaning: every bank question carries answers that people wrote
+# without seeing its key points, and the tests require each good one to pass and each
+# wrong one to fail, but a paraphrase can still slip past. So the feedback quotes the
+# sentence that earned each point, and after a graded try the widget shows the model
+# answer and lets you tick the core points you covered: a self-assessment, recorded
+# beside the grader's verdict.
 #
 # ## 4. Practice: three questions from the bank
 # Write each answer in full sentences, then press **Check**. **Hint** shows the key

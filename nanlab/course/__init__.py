@@ -3,7 +3,9 @@
 - ``notebooks``:     solution notebooks (jupytext pairs) -> student labs; build / check / execute
 - ``checks``:        exercise checks: passed / not done yet / not yet right, hints, solutions
 - ``quiz``:          grading of the practice questions, plain Python
-- ``rubric``:        rubric scoring of free-text answers (English and Chinese)
+- ``rubric``:        rubric scoring of free-text answers (English and Chinese): core and
+                     bonus points, one pass mark, wrong claims, order, feedback
+- ``wording``:       how the rubric reads words: tokens, stems, sentences, negation
 - ``widgets``:       the practice questions as ipywidgets (Check, Hint, Show answer)
 - ``questions``:     the labs' practice questions with their keys; ``practice(id)`` shows one
 - ``mysteries``:     Lab 07's mystery runs: a hidden fault, bounded tries, hints from the run

@@ -8,9 +8,10 @@ Everything here is plain Python, unit-tested without a browser; the two notebook
 widgets (``MockInterviewWidget``, ``free_text``) are thin shells over it and import
 ``ipywidgets`` only when made. Every name below can be imported from ``nanlab.interview``.
 
-- ``bank``:        the question bank and its validation; the data is one JSON file per
-  topic, ``nanlab/interview/questions/<topic>.json``, easy for an instructor to extend.
+- ``bank``:        the question bank; the data is one JSON file per topic,
+  ``nanlab/interview/questions/<topic>.json``, easy for an instructor to extend.
   ``load_bank(path)`` validates every entry and reports each problem by file, id and field.
+- ``schema``:      the bank's topics, levels and fields, and ``check_bank``, the validation.
 - ``frameworks``:  ``answer_framework(level)``: what a new graduate, an experienced engineer
   and a senior/architect are expected to show, a fill-in template, and the typical mistake.
 - ``mock``:        ``MockInterview``: seeded question choice, rubric feedback

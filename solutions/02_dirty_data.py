@@ -58,6 +58,33 @@ VOCAB = 32  # the counting task's number of tokens: legal labels are 0..31
 # carries **one** NaN in its float feature: one reading, in one example, out of 1,024
 # (`faults.run_fault("nan_input")`). A callback counts the finite parameters after
 # every step.
+#
+# **Exercise · predict.** Return a dict mapping each of the `STATEMENTS` to `True` or
+# `False`.
+
+# %%
+STATEMENTS = [
+    "the run stops with an exception at step 40",
+    "the loss of step 41, a clean batch, is finite again",
+    "after step 40's update, no parameter value is finite",
+    "the grad norm climbs more than 10x over steps 30-39 (a warning)",
+]
+
+
+def my_predictions():
+    """{statement: True or False} for each of STATEMENTS."""
+    ### BEGIN SOLUTION
+    return dict(zip(STATEMENTS, [False, False, True, False], strict=True))
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Commit your prediction before the run: the first one you commit is the one graded.
+
+# %%
+from nanlab.course import predict
+
+predict("predict_nan_input", my_predictions)
 
 # %%
 finite_after = {}  # step -> number of finite parameter values after that step
@@ -92,6 +119,24 @@ print("every step from 40 on is non-finite:", bool(nonfinite[40:].all()))
 total = sum(p.numel() for p in bad.trainer.model.parameters())
 for step in range(38, 43):
     print(f"after step {step}: {finite_after[step]:>7,} of {total:,} parameters finite")
+
+# %% [markdown]
+# Your prediction, graded against the run:
+
+# %% tags=["nbval-check-output"]
+before40 = rec.column("grad_norm")[30:40]
+actual = dict(zip(STATEMENTS, [bad.error is not None, bool(np.isfinite(losses[41])),
+                               finite_after[40] == 0,
+                               bool(before40.max() > 10 * before40.min())], strict=True))
+check("predict_nan_input", my_predictions, actual, locked=True, hints=[
+    "PyTorch arithmetic does not raise on a NaN: every op that touches one passes it on, and "
+    "a batch mean touches every example.",
+    "Follow the NaN one step further: the loss's gradient reaches every weight, and the "
+    "optimizer writes what it gets. Before step 40, neither the data nor the model has "
+    "changed.",
+    "After committing, the check cell reads each statement from the run: its `error`, the "
+    "record's losses and `grad_norm` column, and the callback's count of finite parameters.",
+])
 
 # %% [markdown]
 # One optimizer step with NaN gradients writes NaN into **every** weight (claim B2),

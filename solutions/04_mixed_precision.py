@@ -137,10 +137,41 @@ for name, out in ops.items():
 # depend on the device: CUDA would run its `exp` and `sum` in fp32 and survive, the
 # CPU in fp16 (section 1).
 #
-# Four runs, same seed, same data. A callback records at every step the largest
-# logit and the largest **log of the softmax denominator**, `logsumexp(logits)`,
-# in fp32: the fp16 denominator overflows once it passes 11.09. Another keeps, every
-# 30 steps, the run's own gradient of the loss with respect to the logits (section 3).
+# **Exercise · predict.** Four runs, same seed, same data: fp32, fp16 without a
+# scaler, fp16 with a GradScaler (its first 120 steps), bf16. Return a dict mapping
+# each of the `STATEMENTS` to `True` or `False`; a final loss is the mean of the last 10
+# finite ones.
+
+# %%
+STATEMENTS = [
+    "fp32: every loss finite",
+    "bf16: every loss finite",
+    "fp16 + GradScaler: every loss finite",
+    "fp16, no scaler: finite for more steps than fp16 + GradScaler",
+    "fp16, no scaler: final loss within 10 % of fp32's",
+]
+
+
+def my_predictions():
+    """{statement: True or False} for each of STATEMENTS."""
+    ### BEGIN SOLUTION
+    return dict(zip(STATEMENTS, [True, True, False, True, False], strict=True))
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Commit your prediction before the runs: the first one you commit is the one graded.
+
+# %%
+from nanlab.course import predict
+
+predict("predict_precisions", my_predictions)
+
+# %% [markdown]
+# A callback records at every step the largest logit and the largest **log of the
+# softmax denominator**, `logsumexp(logits)`, in fp32: the fp16 denominator overflows
+# once it passes 11.09. Another keeps, every 30 steps, the run's own gradient of the
+# loss with respect to the logits (section 3).
 
 # %%
 def watch_logits(store):
@@ -196,6 +227,28 @@ for name, run in runs.items():
     print(f"{name:18} precision {c.config.precision:5} scaler {c.scaler is not None!s:5} "
           f"first non-finite step {run.record.first_nonfinite_step}, "
           f"loss at the last step {run.record.losses()[-1]:.3g}")
+
+# %% [markdown]
+# Your prediction, graded against the four runs:
+
+# %% tags=["nbval-check-output"]
+first = {n: r.record.first_nonfinite_step for n, r in runs.items()}
+finite_for = {n: len(r.record.steps) if first[n] is None else first[n] for n, r in runs.items()}
+fp16_end, fp32_end = (final_loss(runs[n].record.losses()) for n in ("fp16", "fp32"))
+actual = dict(zip(STATEMENTS, [
+    first["fp32"] is None, first["bf16"] is None, first["fp16 + GradScaler"] is None,
+    finite_for["fp16"] > finite_for["fp16 + GradScaler"],
+    abs(fp16_end - fp32_end) < 0.1 * fp32_end,
+], strict=True))
+check("predict_precisions", my_predictions, actual, locked=True, hints=[
+    "Range decides the forward pass: fp32 and bf16 reach 3.4e38, fp16 only 65504, and the "
+    "hand-written sum of exps grows as the model grows confident. A scaler acts on the "
+    "backward pass only.",
+    "Without a scaler, gradients below fp16's smallest number become exactly 0: ask how "
+    "confident such a model gets, and so how large its sum of exps grows.",
+    "After committing, the check cell reads each statement from the runs: each record's "
+    "`first_nonfinite_step`, and `final_loss` of the fp16 and fp32 runs' losses.",
+])
 
 # %% tags=["nbval-check-output"]
 scaled = runs["fp16 + GradScaler"]

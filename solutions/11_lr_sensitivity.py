@@ -129,7 +129,35 @@ return sum(capped) / len(capped) - best""")
 #   `s_t` but not by the LR (section 3.2.2; PyTorch's AdamW multiplies it by the LR);
 # - **b2 0.99**: Adam's second-moment average over ~100 steps instead of ~20.
 #
-# A run stops at its first non-finite update. About a minute:
+# A run stops at its first non-finite update.
+#
+# **Exercise 2 · predict.** Return a dict mapping each of the `STATEMENTS` to `True` or
+# `False` (`ℓ0` and the LR sensitivity as in section 1).
+
+# %%
+STATEMENTS = [
+    "baseline at LR 3e-1: the loss turns NaN or inf",
+    "baseline at LR 3e-1: the final loss is nearer ℓ0 than the baseline's best (it fails)",
+    "QK-LayerNorm: LR sensitivity lower than the baseline's by more than 0.15",
+    "z-loss 1e-4: LR sensitivity lower than the baseline's by more than 0.15",
+]
+
+
+def my_predictions():
+    """{statement: True or False} for each of STATEMENTS."""
+    ### BEGIN SOLUTION
+    return dict(zip(STATEMENTS, [False, True, True, False], strict=True))
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Commit your prediction before the sweep (about a minute) runs: the first one you commit
+# is the one graded.
+
+# %%
+from nanlab.course import predict
+
+predict("predict_sweep", my_predictions)
 
 # %%
 VARIANTS = {
@@ -142,6 +170,31 @@ VARIANTS = {
 }
 sweep = lr_sweep(VARIANTS, lrs=PAPER_LRS, base=BASE, every=10)
 print(sweep.table())
+
+# %% [markdown]
+# Your prediction, graded against the sweep:
+
+# %% tags=["nbval-check-output"]
+base_rows = [r for r in sweep.rows if r["variant"] == "baseline"]
+top = next(r for r in base_rows if r["lr"] == 3e-1)
+l_init = top["initial_loss"]
+l_best = min(r["final_loss"] for r in base_rows if math.isfinite(r["final_loss"]))
+top_end = top["final_loss"] if math.isfinite(top["final_loss"]) else l_init
+by_recipe = sweep.sensitivity()
+actual = dict(zip(STATEMENTS, [
+    bool(top["nonfinite"]), top_end > (l_init + l_best) / 2,
+    by_recipe["QK-LayerNorm"] < by_recipe["baseline"] - 0.15,
+    by_recipe["z-loss 1e-4"] < by_recipe["baseline"] - 0.15,
+], strict=True))
+check("predict_sweep", my_predictions, actual, locked=True, hints=[
+    "Failing and turning NaN are different things: ask what in a small fp32 model with "
+    "LayerNorm and a stable softmax could come near 3.4e38 in 150 steps.",
+    "Each cure acts on one mechanism: QK-LayerNorm bounds the attention logits, which grow "
+    "with the square of the weights; z-loss pulls the output log Z toward 0. Which of the two "
+    "does a high LR break within 150 steps?",
+    "After committing, the check cell reads each statement from the sweep: the baseline rows' "
+    "`final_loss`, `initial_loss` and `nonfinite`, and `sweep.sensitivity` per recipe.",
+])
 
 # %% [markdown]
 # ## 3. Final loss against LR

@@ -107,6 +107,34 @@ print("peak more than 20x the loss five steps before:", base[t:t + 10].max() > 2
 # Your turn, on the toy. The near state: the last checkpoint at least 15 steps before
 # the spike (checkpoints come every 10 steps). The window: its batches up to 15 past the
 # spike. Feed the window to the near state, then to the state 100 steps earlier still.
+#
+# **Exercise · predict.** A third replay feeds the near state batches it never saw.
+# Return a dict mapping each of the `STATEMENTS` to `True` or `False`; a replay's
+# rise is its worst loss over the median of its first 10.
+
+# %%
+STATEMENTS = [
+    "near state, the window: the spike comes back (rise above 10x)",
+    "near state, the window: every loss stays finite",
+    "state 100 steps earlier, the same window: a spike (rise above 10x)",
+    "near state, batches it never saw: a spike (rise above 10x)",
+]
+
+
+def my_predictions():
+    """{statement: True or False} for each of STATEMENTS."""
+    ### BEGIN SOLUTION
+    return dict(zip(STATEMENTS, [True, True, False, True], strict=True))
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Commit your prediction before the replays run: the first one you commit is the one graded.
+
+# %%
+from nanlab.course import predict
+
+predict("predict_replay", my_predictions)
 
 # %%
 near_state = trainer.checkpoints.nearest(t - 15)  # the latest checkpoint at or before
@@ -136,6 +164,22 @@ print("the near state replays the run bit for bit:",
 print("near state, window: rise above 10x:", rise(near) > 10)
 print("far state, same window: rise below 2x:", rise(far) < 2)
 print("near state, other batches: rise above 10x:", rise(other) > 10)
+
+# %% [markdown]
+# Your prediction, graded against the three replays:
+
+# %% tags=["nbval-check-output"]
+actual = dict(zip(STATEMENTS, [rise(near) > 10, bool(np.isfinite(near).all()),
+                               rise(far) > 10, rise(other) > 10], strict=True))
+check("predict_replay", my_predictions, actual, locked=True, hints=[
+    "PaLM's test separates two suspects, the batches and the model state: the same batches "
+    "from two states, and other batches from the same state, say which one a spike needs.",
+    "The toy's data is a clean, generated counting task, and its run is fp32: ask whether a "
+    "loss of a few nats can overflow, and whether the spike needs special batches or only a "
+    "fragile state.",
+    "After committing, the check cell reads each statement from the replays: each one's "
+    "`rise` (the helper of the setup cell) and numpy's `isfinite` on the near replay's losses.",
+])
 
 # %% [markdown]
 # The picture, losses over the same batches:

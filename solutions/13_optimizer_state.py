@@ -78,15 +78,45 @@ print(f"clean run: final loss {clean.record.losses()[-1]:.4f}")
 # `torch.load(weights_only=True)`), but the resume code loads only `model.state_dict()`
 # and builds a new AdamW. A code path that is easy to write: the weights are "the
 # model", and the optimizer looks like something you can rebuild.
+#
+# **Exercise · predict.** Beside it runs the fix `rewarm_lr`: Adam's state still lost,
+# the LR warmed up again over 20 steps. Return a dict mapping each of the `STATEMENTS`
+# to `True` or `False`; "the loss before" is the median over steps 90-99.
+
+# %%
+STATEMENTS = [
+    "fresh AdamW: within 3 steps of the restart the loss passes 5x the loss before",
+    "fresh AdamW: the loss turns NaN or inf",
+    "fresh AdamW, update of step 100: over 90 % of the weights move by the LR (within 1 %)",
+    "rewarm_lr: the loss stays below 2x the loss before, to the end",
+]
+
+
+def my_predictions():
+    """{statement: True or False} for each of STATEMENTS."""
+    ### BEGIN SOLUTION
+    return dict(zip(STATEMENTS, [True, False, True, True], strict=True))
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Commit your prediction before the runs: the first one you commit is the one graded.
+
+# %%
+from nanlab.course import predict
+
+predict("predict_fresh_adam", my_predictions)
 
 # %%
 fresh_seen, fresh_grab = weights_around(100)
 fresh = faults.run_fault("resume_fresh_optimizer", callbacks=fresh_grab)
+rewarm = faults.run_fault("resume_fresh_optimizer", fixes=["rewarm_lr"])
 loss_clean, loss_fresh = clean.record.losses(), fresh.record.losses()
 fig, ax = plt.subplots(figsize=(9, 3.2), layout="constrained")
 steps = np.arange(len(loss_clean))
 ax.plot(steps[80:], loss_clean[80:], label="clean")
 ax.plot(steps[80:], loss_fresh[80:], label="resume_fresh_optimizer")
+ax.plot(steps[80:], rewarm.record.losses()[80:], label="the same + rewarm_lr")
 ax.axvline(100, color="gray", ls=":", label="restart")
 ax.set_yscale("log")
 ax.set_xlabel("step")
@@ -140,6 +170,28 @@ print(f"{ratio_fresh.size:,} weights; fresh AdamW: {at_lr:.1%} moved by lr withi
 print("fresh AdamW: more than 90% of the weights move by the LR (within 1%):", at_lr > 0.9)
 print("clean: the median weight moves by less than half the LR:",
       float(np.median(ratio_clean)) < 0.5)
+
+# %% [markdown]
+# Your prediction, graded against the two runs and the update just measured:
+
+# %% tags=["nbval-check-output"]
+loss_rewarm = rewarm.record.losses()
+actual = dict(zip(STATEMENTS, [
+    bool(loss_fresh[100:104].max() > 5 * before),
+    fresh.record.first_nonfinite_step is not None,
+    at_lr > 0.9,
+    bool(loss_rewarm[100:].max() < 2 * np.median(loss_rewarm[90:100])),
+], strict=True))
+check("predict_fresh_adam", my_predictions, actual, locked=True, hints=[
+    "A fresh Adam has no running averages yet: its bias correction makes the first update "
+    "about the same size for every weight, whatever its gradient, and nothing in that "
+    "arithmetic comes near fp32's limit.",
+    "A trained model needs most weights to barely move. Ask what one full-LR step on all of "
+    "them does to the loss, and what the same sign-like steps do when the LR starts small.",
+    "After committing, the check cell reads each statement from the runs: the losses around "
+    "step 100, the record's `first_nonfinite_step`, and the share of weights whose update "
+    "over the LR is 1.",
+])
 
 # %% [markdown]
 # One bar at 1: the fresh optimizer moves *every* weight by the full LR, the tiny
@@ -305,9 +357,8 @@ for name, want in (("resume_fresh_optimizer", "resume_full_state"),
 # %% [markdown]
 # When the old optimizer state is truly gone (a corrupt file, a changed parameter
 # layout), the fresh optimizer's sign-like first steps can be tamed with a short
-# warmup after the restart (`rewarm_lr`, 20 steps): `faults.run_fault(
-# "resume_fresh_optimizer", fixes=["rewarm_lr"])`. Try it. It does not cure the reset
-# schedule: the LR still climbs back to its peak.
+# warmup after the restart (`rewarm_lr`, 20 steps: section 1's third run). It does not
+# cure the reset schedule: the LR still climbs back to its peak.
 #
 # ## 6. Never roll back to a poisoned optimizer state
 #

@@ -200,6 +200,34 @@ print(f"targets per micro-batch at step 140: {counts}; the lone target weighs "
 # %% [markdown]
 # Does one token with the weight of a whole micro-batch matter? Adam's normalised step
 # moves the weights as far as for a full batch, toward fitting that token.
+#
+# **Exercise · predict.** Two runs: the mean of means, and the cure `token_weighted`
+# (each target weighs `1 / N`). Return a dict mapping each of the `STATEMENTS` to `True`
+# or `False`; "the level" is the median loss of steps 130-139.
+
+# %%
+STATEMENTS = [
+    "mean of means: the loss passes 3x the level",
+    "mean of means: the loss peaks within 3 steps of step 140",
+    "mean of means: the loss turns NaN or inf",
+    "token_weighted: the loss stays under 1.5x the level",
+]
+
+
+def my_predictions():
+    """{statement: True or False} for each of STATEMENTS."""
+    ### BEGIN SOLUTION
+    return dict(zip(STATEMENTS, [True, False, False, True], strict=True))
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Commit your prediction before the runs: the first one you commit is the one graded.
+
+# %%
+from nanlab.course import predict
+
+predict("predict_accumulation", my_predictions)
 
 # %%
 mom = faults.run_fault("accum_mean_of_means", steps=170)
@@ -216,6 +244,23 @@ mom_peak, mom_ratio = spike(mom.record.losses(), 140, before=10)
 tokw_peak, tokw_ratio = spike(tokw.record.losses(), 140, before=10)
 print(f"mean of means: peak at step {mom_peak}, {mom_ratio:.1f}x steps 130-139; "
       f"token_weighted: {tokw_ratio:.1f}x")
+
+# %% [markdown]
+# Your prediction, graded against the two runs:
+
+# %% tags=["nbval-check-output"]
+actual = dict(zip(STATEMENTS, [mom_ratio > 3, mom_peak <= 143,
+                               mom.record.first_nonfinite_step is not None, tokw_ratio < 1.5],
+                  strict=True))
+check("predict_accumulation", my_predictions, actual, locked=True, hints=[
+    "The wrong weight is a finite number: every value stays ordinary, so ask whether anything "
+    "can overflow, and what a step that fits one token does to the other targets.",
+    "The uneven micro-batches come back at every step from 140 to 159: does the damage of one "
+    "such step heal before the next, or add up? With 1 / N, that token weighs what any other "
+    "does.",
+    "After committing, the check cell reads each statement from the runs: the `spike` helper's "
+    "peak step and ratio for each run, and the record's `first_nonfinite_step`.",
+])
 
 # %% tags=["nbval-check-output"]
 print("the lone target weighs more than 100x its share:", weight_ratio > 100)

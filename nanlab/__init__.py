@@ -20,6 +20,7 @@ The library, the modules the labs import most at the top:
 - ``nanlab.record``      the run record: per-step and per-layer statistics, JSON Lines, manifest
 - ``nanlab.checkpoint``  atomic checkpoints loadable with ``torch.load(weights_only=True)``
 - ``nanlab.atomic``      one atomic writer (temp file, fsync, rename) for every file nanlab writes
+- ``nanlab.runlock``     one writer per run folder: a lock holding the writer's pid and host
 - ``nanlab.batches``     one walker over nested batches (tuples, dicts, dataclasses of tensors)
 - ``nanlab.signals``     reading a loss curve: spikes, recovery, stalls
 - ``nanlab.norms``       the normalisation layers of any model and the field holding their eps
@@ -34,6 +35,7 @@ The library, the modules the labs import most at the top:
 - ``nanlab.distributed`` data-parallel training on the CPU, every rank guarded alike
 - ``nanlab.cli``         the ``nanlab`` command line, its exit codes
 - ``nanlab.cli_parse``   typed values for the command line: ``--config`` and ``--set``
+- ``nanlab.cli_resume``  ``nanlab run --resume``: the stored run's config, a changed setting refused
 - ``nanlab.faults``      faults that fail by their real mechanism, their cures, the fault x fix
   matrix, mystery runs (``catalogue``, ``inject``, ``run``, ``fixes``, ``matrix``, ``mystery``,
   ``hardware``, ``llm_data``, ``grad_accum``)

@@ -16,6 +16,7 @@ keeps the old one's permissions (a new one gets the usual ``0o666 & ~umask``), n
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -91,6 +92,35 @@ def _replacing(path: Path) -> Iterator[IO[bytes]]:
         raise
 
 
+TEMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")  # what _replacing names its temporary file
+
+
+def remove_stray_temp_files(folder: str | Path) -> list[str]:
+    """Remove the temporary files a killed write left in ``folder`` (a ``kill -9`` in the
+    middle of a checkpoint leaves a full-size ``.ckpt_000050.pt.ab12cd34.tmp``); returns
+    their names. Call it only while no other process writes there (a run holds its
+    folder's lock, :mod:`nanlab.runlock`): a live writer's temporary file looks the same.
+
+    >>> _ = Path("scratch").mkdir(exist_ok=True)
+    >>> _ = Path("scratch/.ckpt_000050.pt.ab12cd34.tmp").write_bytes(b"half a checkpoint")
+    >>> remove_stray_temp_files("scratch")
+    ['.ckpt_000050.pt.ab12cd34.tmp']
+    """
+    removed = []
+    try:
+        entries = sorted(Path(folder).iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        if TEMP_NAME.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            removed.append(path.name)
+    return removed
+
+
 def _mode_for(path: Path) -> int:
     """The permissions the new file gets: the old file's, or 0o666 less the umask."""
     try:
@@ -102,4 +132,4 @@ def _mode_for(path: Path) -> int:
     return 0o666 & ~mask
 
 
-__all__ = ["atomic_torch_save", "atomic_write", "atomic_write_with"]
+__all__ = ["atomic_torch_save", "atomic_write", "atomic_write_with", "remove_stray_temp_files"]

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from nanlab.cli_parse import SEED_MAX, parse_config, parse_fault_params, parse_value
-from nanlab.errors import NanlabError, check_range
+from nanlab.errors import TERMINATED_STATUS, NanlabError, Terminated, check_range, error_line
 
 # -- exit codes: an interface, so the numbers never change ------------------------------------
 EXIT_CODE_OK: int = 0  # healthy; or every non-finite step was handled by the guard ("guarded")
@@ -33,10 +33,12 @@ EXIT_CODE_CRASHED: int = 4  # an exception inside training, recorded as an "erro
 EXIT_CODE_GUARD_GAVE_UP: int = 5  # --guard recover ran out of rollbacks ("give_up" event)
 EXIT_CODE_GUARD_STOPPED: int = 6  # the guard's stop-loss ended the run on a bad step
 EXIT_CODE_INTERRUPTED: int = 130  # Ctrl-C (128 + SIGINT, the shell's convention)
+EXIT_CODE_TERMINATED: int = TERMINATED_STATUS  # 143, SIGTERM (128 + 15): saved, resumable
 EXIT_CODES = {"healthy": EXIT_CODE_OK, "guarded": EXIT_CODE_OK,
               "bad_input": EXIT_CODE_BAD_INPUT, "nonfinite": EXIT_CODE_NONFINITE,
               "crashed": EXIT_CODE_CRASHED, "guard_gave_up": EXIT_CODE_GUARD_GAVE_UP,
-              "guard_stopped": EXIT_CODE_GUARD_STOPPED, "interrupted": EXIT_CODE_INTERRUPTED}
+              "guard_stopped": EXIT_CODE_GUARD_STOPPED, "interrupted": EXIT_CODE_INTERRUPTED,
+              "terminated": EXIT_CODE_TERMINATED}
 EXIT_HELP = """Exit codes (the outcome is in --json too):
   0  healthy / guarded   finished; any non-finite step was skipped or rolled back
   2  bad_input           a bad value or usage; nothing ran
@@ -44,7 +46,9 @@ EXIT_HELP = """Exit codes (the outcome is in --json too):
   4  crashed             an exception inside training (an "error" event)
   5  guard_gave_up       --guard recover ran out of rollbacks (a "give_up" event)
   6  guard_stopped       the guard's stop-loss stopped the run on a bad step
-  130 interrupted        Ctrl-C"""
+  130 interrupted        Ctrl-C (a final checkpoint; resume with --resume)
+  143 terminated         SIGTERM, e.g. from Slurm or Kubernetes (a final checkpoint after
+                         the step in progress; resume with --resume)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -270,7 +274,8 @@ def _make_guard(args, config):
 
 def cmd_run(args) -> int:
     """``nanlab run``: train the built-in run (with a fault, fixes, a guard), summarise what
-    ran, and return its exit code (``EXIT_CODES``).
+    ran, and return its exit code (``EXIT_CODES``). ``--resume`` continues the run in
+    ``--out`` with its stored config (:mod:`nanlab.cli_resume`).
 
     Example::
 
@@ -288,17 +293,25 @@ def cmd_run(args) -> int:
     changes = parse_config(args.config)
     params = parse_fault_params(args.fault, args.set)
     fixes = [get_fix(name).name for name in args.fix]
-    asked = TrainConfig().replace(progress=not args.json, **changes)
-    guard = _make_guard(args, fault_config(args.fault, asked, **params))
-    out, made = _prepare_out(args.out, existing=args.overwrite or args.resume)
-    asked = asked.replace(out_dir=str(out))
-    try:
-        run = run_fault(args.fault, fixes=fixes, base=asked,
-                        callbacks=[*_existing_run(args, out), *(guard.callbacks() if guard
-                                                                else ())], **params)
-    except NanlabError:
-        _remove_empty(made)  # a run that never started leaves no folder behind
-        raise
+    if args.overwrite and args.resume:
+        raise NanlabError("--overwrite and --resume are not allowed together; allowed: one")
+    if args.resume:
+        if args.out is None:
+            raise NanlabError("--resume needs --out, the folder of the run to resume")
+        run, guard, asked = _resume(args, changes, params, fixes)
+    else:
+        asked = TrainConfig().replace(progress=not args.json, **changes)
+        guard = _make_guard(args, fault_config(args.fault, asked, **params))
+        out, made = _prepare_out(args.out, existing=args.overwrite)
+        asked = asked.replace(out_dir=str(out))
+        callbacks = [*(guard.callbacks() if guard else ())]
+        if args.overwrite:
+            callbacks.append(("on_run_start", lambda tr, info: setattr(tr, "overwrite", True)))
+        try:
+            run = run_fault(args.fault, fixes=fixes, base=asked, callbacks=callbacks, **params)
+        except NanlabError:
+            _remove_empty(made)  # a run that never started leaves no folder behind
+            raise
     summary = _summary(run, guard, asked)
     if args.json:
         print(json.dumps(_json_safe(summary)))
@@ -307,29 +320,46 @@ def cmd_run(args) -> int:
     return summary["exit_code"]
 
 
-def _existing_run(args, out: Path) -> list:
-    """``--overwrite`` / ``--resume``: what the trainer does with the run already in --out,
-    as it starts (after every check, so a run refused early removes nothing)."""
-    if args.overwrite and args.resume:
-        raise NanlabError("--overwrite and --resume are not allowed together; allowed: one")
-    if args.resume and args.out is None:
-        raise NanlabError("--resume needs --out, the folder of the run to resume")
-    if args.overwrite:
-        return [("on_run_start", lambda tr, info: setattr(tr, "overwrite", True))]
-    if not args.resume:
-        return []
-    from nanlab.checkpoint import CheckpointStore
+def _resume(args, changes: dict, params: dict, fixes: list[str]):
+    """``--resume``: the run in --out rebuilt from its manifest (as ``load_run`` rebuilds
+    it for a replay), the flags given checked against it, then continued from its newest
+    checkpoint. Returns the run, its guard and the config it ran with."""
+    from nanlab.cli_resume import resume_config, stored_run
+    from nanlab.faults import build_fault_trainer, execute, get_fix
+    from nanlab.guard import Guard
 
-    steps = CheckpointStore(out / "checkpoints").steps()
-    if not steps:
-        raise NanlabError(f"--resume: {str(out)!r} has no checkpoints to resume from; "
-                          "allowed: a run folder trained with --checkpoint-every N > 0")
+    out, made = _prepare_out(args.out, existing=True)
+    try:
+        stored = stored_run(out)
+    except NanlabError:
+        _remove_empty(made)  # --out named no run: leave no folder behind
+        raise
+    given_guard = _make_guard(args, stored.config) if (
+        args.guard or args.spike or args.rerun or args.max_rollbacks is not None) else None
+    config = resume_config(out, stored, changes, args.fault, params,
+                           fixes if args.fix else None,
+                           given_guard.settings if given_guard else None)
+    config = config.replace(out_dir=str(out), progress=not args.json)
+    try:
+        guard = given_guard or (Guard(**stored.guard) if stored.guard else None)
+        trainer = build_fault_trainer(stored.fault, config, stored.params)
+    except (TypeError, ValueError) as e:  # NanlabError included: a manifest edited by hand
+        raise NanlabError(f"{out / 'manifest.json'}: its fault or guard cannot be rebuilt "
+                          f"({error_line(e)})") from None
+    trainer.record.manifest["fixes"] = stored.fixes
+    if stored.started:
+        trainer.record.manifest["started"] = stored.started  # one run, one start
+    for name in stored.fixes:
+        get_fix(name).install(trainer)
+    if guard:
+        guard.attach(trainer)
 
     def resume(tr, info):  # what Trainer.run(resume_from=newest) does first
-        tr.restore(steps[-1])
-        tr.record.log_event("resume", tr.step, source=str(tr.checkpoints.path(steps[-1])),
+        tr.restore(stored.newest)
+        tr.record.log_event("resume", tr.step, source=str(tr.checkpoints.path(stored.newest)),
                             dropped=tr.record.resume(tr.step))
-    return [("on_run_start", resume)]
+    trainer.add_callback("on_run_start", resume)
+    return execute(trainer, stored.fault, stored.params, stored.fixes), guard, config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -362,9 +392,11 @@ def build_parser() -> argparse.ArgumentParser:
                          metavar=key.upper(), help=f"{text}; = --config {key}=...")
     run.add_argument("--out", default=None, help="run directory (default runs/run-<time>)")
     run.add_argument("--overwrite", action="store_true",
-                     help="--out holds a run: remove it (record, checkpoints) and start anew")
+                     help="--out holds a run: replace it (moved aside, deleted once the new "
+                          "run has started)")
     run.add_argument("--resume", action="store_true",
-                     help="--out holds a run: resume it from its newest checkpoint")
+                     help="--out holds a run: resume it from its newest checkpoint, with its "
+                          "stored settings (a different one is refused; --steps extends it)")
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument("--fault", default=None, help="inject a fault (see: nanlab faults)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -577,6 +609,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         return args.func(args)
+    except Terminated as e:  # SIGTERM: the run is saved, resumable
+        print(f"nanlab: {e}", file=sys.stderr)
+        return EXIT_CODE_TERMINATED
     except SystemExit as e:  # argparse: --help (0), or a usage error already printed (2)
         return 0 if e.code is None else e.code if isinstance(e.code, int) else 1
     except (NanlabError, ImportError) as e:

@@ -18,6 +18,27 @@ class NanlabError(ValueError):
     """
 
 
+class Terminated(SystemExit):
+    """Raised by ``Trainer.run`` after a SIGTERM, once the run is saved: a ``SystemExit``
+    with status 143 (128 + SIGTERM, the shell's convention), so a script under a
+    scheduler ends quietly as it was asked to, its final checkpoint written.
+
+    >>> err = Terminated("terminated (SIGTERM) at step 7; resume it")
+    >>> err.code, str(err)
+    (143, 'terminated (SIGTERM) at step 7; resume it')
+    """
+
+    def __init__(self, message: str = "terminated (SIGTERM)"):
+        super().__init__(TERMINATED_STATUS)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+TERMINATED_STATUS = 143  # 128 + SIGTERM (15)
+
+
 def check_choice(name: str, value, allowed: Iterable) -> None:
     """Raise unless ``value`` is one of ``allowed``.
 

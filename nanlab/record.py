@@ -17,11 +17,16 @@ Three streams and a manifest, each a list of flat dicts:
 On disk a run folder holds ``manifest.json``, ``steps.jsonl``, ``layers.jsonl`` and
 ``events.jsonl``. A folder that already holds a run is never overwritten by a new one: a
 record made there stays *pending* (it writes nothing) until the run either resumes it
-(:meth:`RunRecord.resume`) or is started with ``overwrite=True``, which first removes the
-old run's record, checkpoints and evidence (:func:`clear_run`); else :meth:`RunRecord.claim`
-refuses. Reading a folder (:meth:`RunRecord.load`) checks every file: a corrupt or foreign
-one is one :class:`NanlabError` line naming the file and what is wrong. A torn last line of
-a JSON Lines file (a crash in the middle of a write: no newline after it) is skipped with a
+(:meth:`RunRecord.resume`) or is started with ``overwrite=True``, which first moves the
+old run's record, checkpoints and evidence aside (:func:`move_run_aside`) and deletes them
+once the new run has safely started; else :meth:`RunRecord.claim` refuses. One process
+writes a folder at a time: the trainer holds its lock while it runs
+(:meth:`RunRecord.hold`, :mod:`nanlab.runlock`), and rows are flushed and fsynced before
+each checkpoint lands, so a checkpoint never covers rows that a crash could still lose.
+
+Reading a folder (:meth:`RunRecord.load`) checks every file: a corrupt or foreign one is
+one :class:`NanlabError` line naming the file and what is wrong. A torn last line of a JSON
+Lines file (a crash in the middle of a write: no newline after it) is skipped with a
 warning; any other bad line is an error naming its line number.
 
 Non-finite numbers are written as ``NaN`` / ``Infinity`` (what Python's ``json`` and
@@ -37,18 +42,24 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import shutil
 import subprocess
+import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from nanlab.atomic import atomic_write
+from nanlab.atomic import atomic_write, remove_stray_temp_files
 from nanlab.errors import NanlabError
+from nanlab.runlock import RunLock
 
 STREAMS = ("steps", "layers", "events")
+RUN_FILES = ("manifest.json", *(f"{s}.jsonl" for s in STREAMS), "checkpoints", "evidence")
+ASIDE_PREFIX = ".overwritten-"  # an old run moved aside by an overwrite, until it is deleted
 
 
 class RunRecord:
@@ -71,6 +82,8 @@ class RunRecord:
         self.layers: list[dict] = []
         self.events: list[dict] = []
         self._files: dict = {}
+        self._lock = RunLock(self.directory) if self.directory is not None else None
+        self._aside: Path | None = None  # the old run an overwrite moved aside, until started()
         # How the JSON Lines files open at the first write: "w" starts them empty (a new
         # run), "a" keeps what is there (after resume() or close()); None: no files.
         self._mode: str | None = None
@@ -93,19 +106,79 @@ class RunRecord:
         >>> rec.claim(), rec.pending
         (None, False)
         """
+        if not self.pending and self._mode == "w" and _has_rows(self.directory):
+            self.pending = True  # another run wrote here since this record was made
         if not self.pending:
+            self.write_manifest()  # now that this run holds the folder: its manifest
             return
         if not overwrite:
             raise NanlabError(
                 f"{self.directory}: already holds a run (manifest.json or record files); a new "
                 "run there would mix two runs' records and checkpoints. Either start it with "
-                "overwrite=True (Trainer(config, overwrite=True) removes the old run's record, "
-                "checkpoints and evidence first) or resume it with "
+                "overwrite=True (Trainer(config, overwrite=True) replaces the old run's record, "
+                "checkpoints and evidence) or resume it with "
                 "trainer.run(resume_from=<checkpoint step or file>), which appends; or choose "
                 "a new out_dir")
-        clear_run(self.directory)
+        with self._writing():
+            self._aside = move_run_aside(self.directory)
         self.pending, self._mode = False, "w"
         self.write_manifest()
+
+    def started(self) -> None:
+        """The new run has safely started (its manifest and first checkpoint are on disk):
+        delete the old run an overwrite moved aside. A part that cannot be deleted is left
+        there, with a warning naming it."""
+        aside, self._aside = self._aside, None
+        if aside is not None:
+            _remove_aside(aside)
+
+    def abandon(self) -> None:
+        """The new run ended before it safely started: remove what it wrote and put the old
+        run an overwrite moved aside back, as it was."""
+        aside, self._aside = self._aside, None
+        if aside is None:
+            return
+        self.close()
+        with self._writing():
+            clear_run(self.directory)
+            for name in sorted(p.name for p in aside.iterdir()):
+                os.rename(aside / name, self.directory / name)
+            aside.rmdir()
+        warnings.warn(f"{self.directory}: the new run ended before its first checkpoint, so "
+                      "the old run it was to overwrite is put back as it was", stacklevel=2)
+
+    # -- one writer ----------------------------------------------------------------
+    def hold(self) -> None:
+        """Hold the folder's lock until :meth:`release` (the trainer does, while it runs):
+        a second writer is refused in one line, a stale lock of a dead process taken over.
+        Then the temporary files a killed write left are removed, and an old run moved
+        aside by an overwrite whose new run has safely started."""
+        if self._lock is None or self._lock.held:
+            return
+        self._lock.acquire()
+        for folder in (self.directory, self.directory / "checkpoints"):
+            remove_stray_temp_files(folder)
+        if any((self.directory / "checkpoints").glob("ckpt_*.pt")) or \
+                _has_rows(self.directory):
+            for aside in self.directory.glob(f"{ASIDE_PREFIX}*"):
+                if aside.is_dir() and not aside.is_symlink() and aside != self._aside:
+                    _remove_aside(aside)
+
+    def release(self) -> None:
+        """Close the files and let go of the folder's lock."""
+        self.close()
+        if self._lock is not None:
+            self._lock.release()
+
+    @contextmanager
+    def _writing(self):
+        """A write outside :meth:`hold` (a manifest before the run starts) takes the lock
+        for itself: it is refused while another process writes the folder."""
+        if self._lock is None or self._lock.held:
+            yield
+            return
+        with self._lock:
+            yield
 
     def _open(self) -> dict:
         """The JSON Lines files, opened at the first write (or flush): until then a
@@ -133,19 +206,20 @@ class RunRecord:
         ({'steps': 2, 'layers': 0, 'events': 0}, [0, 1])
         """
         self.pending = False  # a resume continues the run already in the folder
-        if self._mode is not None:
-            self.close()
-            for s in STREAMS:
-                setattr(self, s, _read_rows(self.directory / f"{s}.jsonl", s))
-        dropped = {}
-        for s in STREAMS:
-            rows = getattr(self, s)
-            keep = [r for r in rows if r.get("step") is None or r["step"] < step]
-            dropped[s] = len(rows) - len(keep)
-            setattr(self, s, keep)
+        with self._writing():
             if self._mode is not None:
-                atomic_write(self.directory / f"{s}.jsonl",
-                             "".join(json.dumps(r) + "\n" for r in keep))
+                self.close()
+                for s in STREAMS:
+                    setattr(self, s, _read_rows(self.directory / f"{s}.jsonl", s))
+            dropped = {}
+            for s in STREAMS:
+                rows = getattr(self, s)
+                keep = [r for r in rows if r.get("step") is None or r["step"] < step]
+                dropped[s] = len(rows) - len(keep)
+                setattr(self, s, keep)
+                if self._mode is not None:
+                    atomic_write(self.directory / f"{s}.jsonl",
+                                 "".join(json.dumps(r) + "\n" for r in keep))
         if self._mode is not None:
             self._mode = "a"
         return dropped
@@ -157,7 +231,8 @@ class RunRecord:
         run in the folder, see :meth:`claim`) keeps it in memory until the run starts."""
         if self.directory is not None and not self.pending:
             text = json.dumps(self.manifest, indent=2, sort_keys=True, default=str)
-            atomic_write(self.directory / "manifest.json", text + "\n")
+            with self._writing():
+                atomic_write(self.directory / "manifest.json", text + "\n")
 
     def _append(self, stream: str, row: dict) -> None:
         getattr(self, stream).append(row)
@@ -176,8 +251,11 @@ class RunRecord:
         self._append("events", {"kind": kind, "step": step, **details})
 
     def flush(self) -> None:
+        """Flush the rows to the disk and fsync them: the trainer does before a checkpoint
+        lands, so a crash never leaves a checkpoint whose earlier rows are lost."""
         for f in self._open().values():
             f.flush()
+            os.fsync(f.fileno())
 
     def close(self) -> None:
         for f in self._files.values():
@@ -285,9 +363,61 @@ def holds_run(directory: str | Path) -> bool:
         or any((d / "checkpoints").glob("ckpt_*.pt"))
 
 
+def _has_rows(directory: Path) -> bool:
+    """Whether a folder's JSON Lines files hold anything (a run wrote there)."""
+    return any((directory / f"{s}.jsonl").is_file() and (directory / f"{s}.jsonl").stat().st_size
+               for s in STREAMS)
+
+
+def move_run_aside(directory: str | Path) -> Path | None:
+    """Move a folder's run (manifest, record files, checkpoints, evidence) into a hidden
+    folder beside them, ``.overwritten-<pid>-<time>``; returns it (None: no run there).
+    Renames in one folder cost nothing and lose nothing: if one part cannot be moved, the
+    parts already moved go back and NanlabError says so, the old run intact.
+
+    >>> move_run_aside("no/such/folder") is None
+    True
+    """
+    d = Path(directory)
+    present = [n for n in RUN_FILES if (d / n).exists() or (d / n).is_symlink()]
+    if not present:
+        return None
+    aside = d / f"{ASIDE_PREFIX}{os.getpid()}-{time.time_ns()}"
+    moved: list[str] = []
+    name = aside.name
+    try:
+        aside.mkdir()
+        for name in present:
+            os.rename(d / name, aside / name)
+            moved.append(name)
+    except OSError as e:
+        try:
+            for back in reversed(moved):
+                os.rename(aside / back, d / back)
+            aside.rmdir()
+        except OSError:
+            raise NanlabError(f"{d}: the old run cannot be moved aside ({e.strerror or e}: "
+                              f"{name}), and some of it is still in {aside}; nothing ran; move "
+                              "it back by hand") from None
+        raise NanlabError(f"{d}: the old run cannot be moved aside to overwrite it "
+                          f"({e.strerror or e}: {name}); it is left intact and nothing ran; "
+                          "allowed: a folder this user can write in, or another folder") from None
+    return aside
+
+
+def _remove_aside(aside: Path) -> None:
+    """Delete an old run moved aside; what cannot be deleted stays, with a warning."""
+    try:
+        shutil.rmtree(aside)
+    except OSError as e:
+        warnings.warn(f"{aside}: the overwritten run moved here cannot be deleted "
+                      f"({e.strerror or e}); the new run goes on; delete it by hand", stacklevel=3)
+
+
 def clear_run(directory: str | Path) -> None:
     """Remove a run from its folder: manifest, record files, checkpoints and guard evidence
-    (other files are left alone). ``overwrite=True`` does this before a new run starts.
+    (other files are left alone), e.g. a new run that never started before its old one is
+    put back.
 
     >>> clear_run("no/such/folder")       # nothing there: nothing to do
     """

@@ -40,6 +40,48 @@ def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
     return min(counts, default=0)
 
 
+def misfit(expected: dict, state) -> str | None:
+    """What keeps ``state`` (a loaded checkpoint) from loading into a trainer whose own
+    state is ``expected``, in words, or None: a part missing, weights missing or extra,
+    weights of another shape (a few named, then a count).
+
+    >>> ours = {"step": 0, "model": {"w": torch.zeros(2, 3), "v": torch.zeros(1)}}
+    >>> print(misfit(ours, {"step": 5, "model": {"w": torch.zeros(4, 3), "b": torch.zeros(4)}}))
+    1 weight of the model not in it ('v'); 1 weight in it not in the model ('b'); 'w' is [4, 3] ...
+    >>> misfit(ours, {"model": {}})
+    "no 'step' in it (not a trainer's checkpoint)"
+    """
+    if not isinstance(state, dict):
+        return f"holds a {type(state).__name__}, not a trainer's checkpoint"
+    parts = [k for k in expected if k not in state and k not in ("scaler", "rng_cuda")]
+    if parts:
+        return f"no {', '.join(map(repr, parts))} in it (not a trainer's checkpoint)"
+    ours, theirs = expected["model"], state["model"]
+    if not isinstance(theirs, dict):
+        return "its 'model' is not a state dict"
+
+    def some(names: list[str]) -> str:
+        more = ", ..." if len(names) > 2 else ""
+        return f"{len(names)} weight{'s' if len(names) > 1 else ''}", \
+            f"({', '.join(map(repr, names[:2]))}{more})"
+
+    found = []
+    missing = [n for n in ours if n not in theirs]
+    extra = [n for n in theirs if n not in ours]
+    if missing:
+        count, names = some(missing)
+        found.append(f"{count} of the model not in it {names}")
+    if extra:
+        count, names = some(extra)
+        found.append(f"{count} in it not in the model {names}")
+    shapes = [f"{n!r} is {list(theirs[n].shape)} in it, {list(t.shape)} in the model"
+              for n, t in ours.items() if isinstance(theirs.get(n), torch.Tensor)
+              and theirs[n].shape != t.shape]
+    found += shapes[:2] + ([f"{len(shapes) - 2} more of another shape"] if len(shapes) > 2
+                           else [])
+    return "; ".join(found) or None
+
+
 class Resumable:
     """The checkpoint half of :class:`nanlab.train.Trainer` (a mixin: it uses the trainer's
     model, optimizer, scheduler, scaler, checkpoints and record).
@@ -90,18 +132,41 @@ class Resumable:
             torch.cuda.set_rng_state(state["rng_cuda"], self.device)
 
     def save_checkpoint(self) -> None:
-        self.checkpoints.save(self.step, self.state_dict())
+        """Save the state before this step. The rows of the steps before it are flushed and
+        fsynced first: once the checkpoint has landed, a crash cannot lose rows it covers
+        (a resume from it would keep a history with a hole in it)."""
         self.record.flush()
+        self.checkpoints.save(self.step, self.state_dict())
+        self.record.started()  # an overwritten run, moved aside, can go now
         self.trigger_callbacks("on_checkpoint")
 
     def restore(self, source: int | str | Path) -> None:
-        """Load a checkpoint: a step number of this run's store, or a checkpoint file."""
+        """Load a checkpoint: a step number of this run's store, or a checkpoint file.
+        One that does not fit this trainer (another model shape, not a trainer's
+        checkpoint) is one NanlabError line naming it; nothing is half loaded.
+
+        >>> from nanlab.train import TrainConfig, Trainer
+        >>> small = Trainer(TrainConfig(steps=1, checkpoint_every=1, progress=False))
+        >>> _ = small.run()
+        >>> deeper = Trainer(TrainConfig(steps=1, progress=False, model={"n_layer": 3}))
+        >>> deeper.checkpoints = small.checkpoints
+        >>> deeper.restore(0)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        nanlab.errors.NanlabError: checkpoint 0: does not fit this model: ...
+        """
         if isinstance(source, int):
             state = self.checkpoints.load(source)
+            where = (f"checkpoint {source}" if self.checkpoints.directory is None
+                     else str(self.checkpoints.path(source)))
         else:
             if not Path(source).is_file():
                 raise NanlabError(f"checkpoint file {str(source)!r} does not exist")
-            state = safe_load(source)
+            state, where = safe_load(source), str(source)
+        problem = misfit(self.state_dict(), state)
+        if problem:
+            raise NanlabError(f"{where}: does not fit this model: {problem}; allowed: a "
+                              "checkpoint of this run, restored with the config it was trained "
+                              "with (its manifest.json)")
         self.load_state_dict(state)
 
     def restart(self) -> dict:

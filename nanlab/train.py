@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,7 +49,7 @@ from nanlab.batches import to_device
 from nanlab.checkpoint import CheckpointStore
 from nanlab.config import TrainConfig
 from nanlab.data import CountingTask
-from nanlab.errors import NanlabError, check_choice, check_range, error_line
+from nanlab.errors import NanlabError, Terminated, check_choice, check_range, error_line
 from nanlab.half_matmul import half_matmul
 from nanlab.model import GPT
 from nanlab.objective import global_grad_norm, lm_loss, lr_factor
@@ -234,6 +236,7 @@ class Trainer(Resumable):
         self.stop_requested = False
         self.stop_reason = ""
         self._restarted = False  # config.restart_at has happened
+        self._terminated = False  # a SIGTERM arrived while running
         self.callbacks: dict[str, list[Callable]] = {e: [] for e in EVENTS}
         self.checkpoints = CheckpointStore(
             Path(config.out_dir) / "checkpoints" if config.out_dir else None)
@@ -483,23 +486,44 @@ class Trainer(Resumable):
         and in ``out_dir``, keeps the rows before that step and drops the rest, which run
         again (:meth:`RunRecord.resume`): one history, each step once. A new run (no
         ``resume_from``) into an ``out_dir`` holding a run is refused before anything is
-        written, unless ``Trainer(..., overwrite=True)`` (:meth:`RunRecord.claim`). Ctrl-C
-        (KeyboardInterrupt) saves a checkpoint of the last completed step, logs a "stop"
-        event "interrupted (SIGINT)", writes the manifest with ``status`` "interrupted" and
-        re-raises (``status`` is otherwise "finished", or "crashed" on an exception).
+        written, unless ``Trainer(..., overwrite=True)`` (:meth:`RunRecord.claim`). While it
+        runs, the trainer holds ``out_dir``'s lock: a second writer is refused in one line.
+
+        Ctrl-C (KeyboardInterrupt) saves a checkpoint of the last completed step, logs a
+        "stop" event "interrupted (SIGINT)", writes the manifest with ``status``
+        "interrupted" and re-raises. SIGTERM (what Slurm and Kubernetes send before a kill)
+        ends a run into a folder the same way after the step in progress, with "terminated
+        (SIGTERM)" and ``status`` "terminated", then raises :class:`Terminated`. ``status`` is
+        otherwise "finished", or "crashed" on an exception.
 
         >>> trainer = Trainer(TrainConfig(steps=6, checkpoint_every=3, progress=False))
         >>> _ = trainer.run()
         >>> [r["step"] for r in trainer.run(resume_from=3).steps]   # 3..5 once, not twice
         [0, 1, 2, 3, 4, 5]
         """
+        self.record.hold()  # one writer per run folder
+        try:
+            with _sigterm_stops(self):
+                self._run(resume_from)
+        finally:
+            self.record.abandon()  # an overwrite that never started: the old run goes back
+            self.record.release()
+        if self._terminated:
+            raise Terminated(f"terminated (SIGTERM) at step {self.step}; the run is saved, "
+                             "resume it from its newest checkpoint")
+        return self.record
+
+    def _run(self, resume_from) -> None:
         c = self.config
+        self._terminated = False
         if resume_from is not None:
             self.restore(resume_from)
             self.record.log_event("resume", self.step, source=str(resume_from),
                                   dropped=self.record.resume(self.step))
         self.trigger_callbacks("on_run_start")
         self.record.claim(self.overwrite)  # refuses a folder holding another run
+        if not c.checkpoint_every:
+            self.record.started()  # no checkpoint to wait for: its manifest is written
         bar = tqdm(total=c.steps, initial=self.step, disable=not c.progress,
                    desc="train", unit="step", dynamic_ncols=True)
         status = "crashed"
@@ -516,9 +540,10 @@ class Trainer(Resumable):
                                     grad_norm=f"{info.row['grad_norm']:.3g}", refresh=False)
             if self.stop_requested:
                 self.record.log_event("stop", self.step, reason=self.stop_reason)
-            if c.checkpoint_every and self.step not in self.checkpoints.steps():
+            if (c.checkpoint_every or self._terminated) and \
+                    self.step not in self.checkpoints.steps():
                 self.save_checkpoint()  # the final state, to resume or extend the run
-            status = "finished"
+            status = "terminated" if self._terminated else "finished"
         except NotImplementedError:
             raise  # a learner's unfinished callback, not a symptom of the run
         except Exception as e:  # a crash is a symptom: recorded with its step, then raised
@@ -538,7 +563,29 @@ class Trainer(Resumable):
             self.record.manifest["stop_reason"] = self.stop_reason or None
             self.record.write_manifest()
             self.record.flush()
-        return self.record
+
+
+@contextlib.contextmanager
+def _sigterm_stops(trainer: Trainer):
+    """While the trainer runs into a folder, SIGTERM requests a stop after the step in
+    progress (never in the middle of an update). Only there is something to save: a run
+    in memory (a data-parallel rank, the matrix) still dies at once. Installed only in the
+    main thread, and only where nothing else handles SIGTERM (a framework's own handler
+    is left alone)."""
+    def stop(signum, frame):
+        trainer._terminated = True
+        trainer.request_stop("terminated (SIGTERM)")
+
+    own = trainer.record.directory is not None and \
+        threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if own:
+        signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        if own:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _absmax_hook(store: dict[str, torch.Tensor], name: str):

@@ -300,8 +300,8 @@ def test_exit_codes_from_real_runs(tmp_path, args, code, outcome):
 def test_exit_codes_are_distinct_and_documented():
     # the numbers are an interface: a script acts on them, so they never change
     assert (cli.EXIT_CODE_OK, cli.EXIT_CODE_BAD_INPUT, cli.EXIT_CODE_NONFINITE,
-            cli.EXIT_CODE_CRASHED, cli.EXIT_CODE_GUARD_GAVE_UP,
-            cli.EXIT_CODE_GUARD_STOPPED) == (0, 2, 3, 4, 5, 6)
+            cli.EXIT_CODE_CRASHED, cli.EXIT_CODE_GUARD_GAVE_UP, cli.EXIT_CODE_GUARD_STOPPED,
+            cli.EXIT_CODE_INTERRUPTED, cli.EXIT_CODE_TERMINATED) == (0, 2, 3, 4, 5, 6, 130, 143)
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme.split("### Command line", 1)[1].split("\n## ", 1)[0]
     assert "Exit codes" in section

@@ -65,7 +65,7 @@ def load_run(directory: str | Path) -> faults_mod.FaultRun:
         raise NanlabError(f"{where}: {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise NanlabError(f"{where}: its config or fault cannot be rebuilt ({type(e).__name__}: "
-                          f"{str(e)[:120]}); {FOREIGN}") from None
+                          f"{str(e)[:120]!r}); {FOREIGN}") from None  # !r: one line
     trainer.record = record
     trainer.checkpoints = checkpoints
     error = next((e for e in trainer.record.events if e["kind"] == "error"), None)

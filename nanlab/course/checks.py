@@ -352,13 +352,8 @@ def hint(name: str | None = None) -> None:
     >>> hint(3)
     hint() takes the exercise's name as text, like hint('is_finite_report'); got 3
     """
-    if name is not None and not isinstance(name, str):
-        print(f"hint() takes the exercise's name as text, like hint('is_finite_report'); "
-              f"got {_short(name)}")
-        return
-    name = name or _last_name
+    name = _exercise_name(name, "hint")
     if name is None:
-        print("No exercise checked yet: run a check cell first, then hint().")
         return
     if name not in _hints:
         known = ", ".join(sorted(_hints)) or "none yet"
@@ -370,6 +365,19 @@ def hint(name: str | None = None) -> None:
         print(f"No more hints{shown}. {_SEE_SOLUTION.format(name=name)}")
         return
     print(ladder.next())
+
+
+def _exercise_name(name: Any, helper: str) -> str | None:
+    """The exercise ``hint`` / ``solution`` is about (default: the last one checked), or
+    None after printing one line that says why there is none."""
+    if name is not None and not isinstance(name, str):
+        print(f"{helper}() takes the exercise's name as text, like "
+              f"{helper}('is_finite_report'); got {_short(name)}")
+        return None
+    name = name or _last_name
+    if name is None:
+        print(f"No exercise checked yet: run a check cell first, then {helper}().")
+    return name
 
 
 _SEE_SOLUTION = "solution({name!r}) shows the reference solution; progress notes that you looked."
@@ -385,13 +393,8 @@ def solution(name: str | None = None) -> None:
     >>> solution("is_finite_report")  # doctest: +SKIP
     Reference solution for 'is_finite_report' (your progress notes that you looked):
     """
-    if name is not None and not isinstance(name, str):
-        print(f"solution() takes the exercise's name as text, like "
-              f"solution('is_finite_report'); got {_short(name)}")
-        return
-    name = name or _last_name
+    name = _exercise_name(name, "solution")
     if name is None:
-        print("No exercise checked yet: run a check cell first, then solution().")
         return
     if name not in _solutions:
         known = ", ".join(sorted(_solutions)) or "none yet"

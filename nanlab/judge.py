@@ -72,6 +72,7 @@ LEARN_FRACTION = 0.7  # against the bad run: the replay ends below 70 % of its s
 BETTER_FACTOR = 0.7  # and below 70 % of where a finite bad run ended
 RISE_FRACTION = 0.5  # a run that gave back more than half of what it learned diverged
 RISE_ABOVE_START = 0.1  # or one that ended 10 % above where it started
+CLIMB_FRACTION = 0.1  # above its limit and 10 % of its learning back up: it diverges
 STALL_FRACTION = 0.85  # signals.is_stalled's bar: ended above 85 % of the start
 SMOOTH = 5  # losses are compared as running means of 5 steps
 
@@ -114,19 +115,48 @@ class Verdict:
         return f"{self.kind}{where}: {self.reason}"
 
 
-def loss_limit(start: float, clean: float | None = None) -> tuple[float, str]:
+def loss_limit(start: float, clean: float | None = None, floor: float = 0.0
+               ) -> tuple[float, str]:
     """The final loss a run is held to, and which reference point it comes from.
 
-    Against a clean run's final loss when it is known, otherwise against the start.
+    Against a clean run's final loss when it is known, otherwise against the start;
+    every fraction is of the height above ``floor`` (:func:`loss_floor`: 0 for a
+    non-negative loss), so a loss below zero is held to the same bar.
 
     >>> loss_limit(2.0)
     (0.6, 'start')
     >>> loss_limit(2.0, clean=0.25)
     (1.0, 'clean')
+    >>> loss_limit(1.0, floor=-2.0)  # an NLL from 1.0 whose lowest was -2.0
+    (-1.1, 'start')
     """
     if clean is not None and math.isfinite(clean):
-        return CLEAN_FACTOR * clean + CLEAN_MARGIN, "clean"
-    return START_FRACTION * start, "start"
+        return _above(floor, CLEAN_FACTOR, clean) + CLEAN_MARGIN, "clean"
+    return _above(floor, START_FRACTION, start), "start"
+
+
+def loss_floor(*curves: Any) -> float:
+    """What a loss is measured from: 0 when no finite loss of ``curves`` is negative
+    (cross-entropy, MSE), else the lowest (a Gaussian NLL or a flow has no floor at 0).
+
+    >>> loss_floor([3.0, 1.0]), loss_floor([1.0, -2.0], [0.5, -1.0])
+    (0.0, -2.0)
+    """
+    lowest = 0.0
+    for curve in curves:
+        if curve is None or isinstance(curve, (int, float, np.floating)):
+            values = np.asarray([] if curve is None else [curve], dtype=float)
+        else:
+            values = _read(curve)[1]
+        values = values[np.isfinite(values)]
+        if len(values):
+            lowest = min(lowest, float(values.min()))
+    return lowest
+
+
+def _above(floor: float, fraction: float, ref: float) -> float:
+    """``fraction`` of the way from ``floor`` to ``ref`` (``fraction x ref`` for floor 0)."""
+    return floor + fraction * (ref - floor)
 
 
 def judge(run: Any, *, clean: Any = None, baseline: Any = None,
@@ -147,7 +177,7 @@ def judge(run: Any, *, clean: Any = None, baseline: Any = None,
     >>> judge(np.r_[fall[:60], 8.0, fall[60:]]).kind
     'spike'
     >>> print(judge(np.linspace(3.5, 1.5, 100)).reason)
-    finite, but the loss went 3.50 -> 1.59, above 1.05 (30 % of the start)
+    finite, but learning too little: the loss went 3.5 -> 1.59, above 1.05 (30 % of the start)
     >>> print(judge(fall, clean=0.03).reason)
     finite and learning: loss 3.50 -> 0.0314 (clean 0.03)
     """
@@ -173,13 +203,17 @@ def judge(run: Any, *, clean: Any = None, baseline: Any = None,
         return _verdict("nonfinite", f"every step non-finite from step {bad[0]['step']} "
                         "(all skipped)", bad[0]["step"], rows, losses, clean_final)
     start, end = _start(losses), final_loss(losses)
-    limit, reference = _limit(start, clean_final, baseline)
+    floor = loss_floor(losses, baseline, clean_final)
+    limit, reference = _limit(start, clean_final, baseline, floor)
     behind = None
     point = failure_point(baseline) if reference == "bad run" else None
     if point is not None:  # the replay is held to the bad run, not to an absolute bar
         at, level = point
         mine = _smoothed_at(losses, at)
-        if math.isfinite(mine) and mine > BEHIND_FACTOR * level:
+        # within 10 % of its height above 0; for a signed loss, of what the bad run learned
+        slack = (BEHIND_FACTOR - 1) * (level - floor if floor == 0 else _start(
+            _read(baseline)[1]) - level)
+        if math.isfinite(mine) and mine > level + slack:
             behind = (f"behind the bad run: loss {mine:.3g} at step {at}, where the bad "
                       f"run had {level:.3g} before it failed")
     but = "finite, but " if not bad else f"{len(bad)} non-finite step(s) skipped, but "
@@ -190,18 +224,22 @@ def judge(run: Any, *, clean: Any = None, baseline: Any = None,
         return _verdict("spike", f"{but}a spike at step {s} to {losses[s]:.2f}"
                         + (f" (back in {back} steps)" if back else ""), s, rows, losses,
                         clean_final)
-    rise = _rise(losses, start, end)
+    rise = _rise(losses, start, end, floor)
     if rise:
         return _verdict("diverge", f"{but}{rise}", None, rows, losses, clean_final, baseline)
-    if "stall" in watch and is_stalled(losses, start_loss=start, fraction=STALL_FRACTION):
+    if "stall" in watch and is_stalled(losses, start_loss=start, fraction=STALL_FRACTION,
+                                       floor=floor):
         return _verdict("stall", f"{but}stalled: loss {start:.2f} -> {end:.3g}", None, rows,
                         losses, clean_final, baseline)
     if behind:
         return _verdict("stall", f"{but}{behind}", None, rows, losses, clean_final, baseline)
-    if end > limit:
+    if end > limit:  # climbing back from its best: diverging; else learning too little
         against = _against(reference, clean_final)
-        return _verdict("diverge", f"{but}the loss went {start:.2f} -> {end:.3g}, above "
-                        f"{limit:.3g} ({against})", None, rows, losses, clean_final, baseline)
+        climbing = _climbing(losses, start, end)
+        return _verdict("diverge" if climbing else "stall",
+                        f"{but}{climbing or 'learning too little: '}the loss went "
+                        f"{start:.3g} -> {end:.3g}, above {limit:.3g} ({against})", None, rows,
+                        losses, clean_final, baseline)
     versus = ""
     if reference == "clean":
         versus = f" (clean {clean_final:.3g})"
@@ -220,15 +258,17 @@ def judge(run: Any, *, clean: Any = None, baseline: Any = None,
                     None, rows, losses, clean_final, baseline)
 
 
-def _limit(start: float, clean_final: float | None, baseline: Any) -> tuple[float, str]:
+def _limit(start: float, clean_final: float | None, baseline: Any, floor: float = 0.0
+           ) -> tuple[float, str]:
     """The highest final loss that still counts as learning, and its reference point."""
-    limit, reference = loss_limit(start, clean_final)
+    limit, reference = loss_limit(start, clean_final, floor)
     if reference != "start" or baseline is None:
         return limit, reference
+    learn = _above(floor, LEARN_FRACTION, start)
     worse = _finite_end(baseline)
     if worse is not None and failure_point(baseline) is None:  # a finite bad run: beat it
-        return min(LEARN_FRACTION * start, BETTER_FACTOR * worse), "bad run"
-    return LEARN_FRACTION * start, "bad run"  # learned before it failed, or never did
+        return min(learn, _above(floor, BETTER_FACTOR, worse)), "bad run"
+    return learn, "bad run"  # learned before it failed, or never did
 
 
 def _against(reference: str, clean_final: float | None) -> str:
@@ -273,13 +313,14 @@ def failure_point(bad: Any) -> tuple[int, float] | None:
         at = min(candidates)
     else:
         start, end = _start(losses), final_loss(losses)
-        if not _rise(losses, start, end):
+        if not _rise(losses, start, end, loss_floor(losses)):
             return None  # a slow or flat curve: no step where it was better than now
         at = int(np.nanargmin(_running_mean(losses))) + SMOOTH
     if at < MIN_BEFORE:
         return None
     level, start = _smoothed_at(losses, at), _start(losses)
-    if not (math.isfinite(level) and level <= STALL_FRACTION * start):
+    if not (math.isfinite(level) and level <= _above(loss_floor(losses), STALL_FRACTION,
+                                                     start)):
         return None  # it had not learned before it failed: nothing to be as good as
     return at, level
 
@@ -298,9 +339,9 @@ def gives_reference(bad: Any) -> bool:
     if failure_point(bad) is not None:
         return True
     _, losses, _, _ = _read(bad)
-    start = _start(losses)
-    limit, _ = _limit(start, None, bad)
-    return limit < LEARN_FRACTION * start  # a finite bad run that ended low: beat it
+    start, floor = _start(losses), loss_floor(losses)
+    limit, _ = _limit(start, None, bad, floor)
+    return limit < _above(floor, LEARN_FRACTION, start)  # a finite bad run that ended low
 
 
 def _running_mean(losses: np.ndarray) -> np.ndarray:
@@ -317,24 +358,37 @@ def _smoothed_at(losses: np.ndarray, step: int) -> float:
     return float(window.mean()) if len(window) else math.nan
 
 
-def _rise(losses: np.ndarray, start: float, end: float) -> str | None:
+def _rise(losses: np.ndarray, start: float, end: float, floor: float = 0.0) -> str | None:
     """A sentence when a finite curve went back up: above its start, or more than half of
-    what it had learned given back; None otherwise."""
+    what it had learned given back; None otherwise (a curve still falling, however
+    slowly, is not diverging). Heights are measured from ``floor``."""
     if not (math.isfinite(start) and math.isfinite(end)):
         return None
-    if end > start + RISE_ABOVE_START * abs(start):
+    if end > start + RISE_ABOVE_START * (start - floor if floor < 0 else abs(start)):
         return f"the loss rose: {start:.3g} -> {end:.3g} (above where it started)"
     finite = losses[np.isfinite(losses)]
     means = _running_mean(finite)
     if not np.isfinite(means).any():
         return None
     best = float(np.nanmin(means))
-    learned = start - best > (1 - STALL_FRACTION) * abs(start)  # more than a stall's worth
+    height = start - floor if floor < 0 else abs(start)
+    learned = start - best > (1 - STALL_FRACTION) * height  # more than a stall's worth
     if learned and end > best + RISE_FRACTION * (start - best):
         at = int(np.nanargmin(means)) + SMOOTH - 1
         return (f"the loss went {start:.3g} -> {best:.3g} (step {at}) -> {end:.3g}: it gave "
                 "back more than half of what it had learned")
     return None
+
+
+def _climbing(losses: np.ndarray, start: float, end: float) -> str:
+    """'climbing back: ' when the curve ends above its best (running mean) by more than
+    ``CLIMB_FRACTION`` of what it had learned, else '' (still falling, or flat)."""
+    finite = losses[np.isfinite(losses)]
+    means = _running_mean(finite)
+    if not np.isfinite(means).any():
+        return ""
+    best = float(np.nanmin(means))
+    return "climbing back: " if end > best + CLIMB_FRACTION * (start - best) else ""
 
 
 # -- reading what was passed -----------------------------------------------------------
@@ -376,7 +430,8 @@ def _start(losses: np.ndarray) -> float:
 
 def _verdict(kind, reason, step, rows, losses, clean_final, baseline=None) -> Verdict:
     start, end = _start(losses), final_loss(losses)
-    limit, reference = _limit(start, clean_final, baseline)
+    limit, reference = _limit(start, clean_final, baseline,
+                              loss_floor(losses, baseline, clean_final))
     first = next((r["step"] for r in rows if not r.get("finite", True)), None)
     return Verdict(kind, reason, step, start, end, limit, reference, first)
 
@@ -384,4 +439,4 @@ def _verdict(kind, reason, step, rows, losses, clean_final, baseline=None) -> Ve
 __all__ = ["BEHIND_FACTOR", "BETTER_FACTOR", "CLEAN_FACTOR", "CLEAN_MARGIN", "FAILURES",
            "LEARN_FRACTION", "MIN_BEFORE", "RISE_FRACTION", "SPIKE_GRACE", "START_FRACTION",
            "STREAK",
-           "VERDICTS", "Verdict", "failure_point", "judge", "loss_limit"]
+           "VERDICTS", "Verdict", "failure_point", "judge", "loss_floor", "loss_limit"]

@@ -1,23 +1,37 @@
 """Faults that fail by their real mechanism, the cures, and the fault x fix matrix.
 
-- ``catalogue``: the faults as data (mechanism, needs, SOP step, cure, signature)
+- ``catalogue``: a fault as data (mechanism, needs, SOP step, cure, signature), the registry
+- ``levers``:    where a fault reaches into any run: the batches, the LR, the weights, the norms
 - ``inject``:    a fault applied to any model, optimizer and batch source
+
+One module per fault family registers its faults (and the fixes only it needs):
+
+- ``dirty_data``: a NaN reading, a label out of range, every target masked, a std of 0
+- ``learning_rate``: an LR too high, a one-step burst, no warmup
+- ``precision``: fp16's range met by exp, a position, Adam's eps
+- ``init_eps``:  a large init, a deep stack without norms, norm eps 0
+- ``optimizer_state``: a restart that forgets the optimizer or the schedule, a frozen layer
+- ``myths``:     dead ReLUs and sigmoid chains: they stall, they do not NaN
+- ``run``:       a fault on the built-in toy run, with or without fixes
+- ``grad_accum``: gradient accumulation loops written wrongly, and their two fixes
+- ``hardware``:  silent data corruption: one bit flipped once, and the guard's rerun
+- ``llm_data``:  LLM data faults (an id past the vocabulary, a junk shard) and their filter
+
+Built on them:
+
 - ``run``:       a fault on the built-in toy run, with or without fixes
 - ``fixes``:     the SOP's cures, each a config change or a callback
 - ``matrix``:    every fault against every fix, measured
 - ``mystery``:   runs whose fault is drawn from a seed and sealed, for learners to find
-- ``grad_accum``: gradient accumulation loops written wrongly, and their two fixes
-- ``hardware``:  silent data corruption: one bit flipped once, and the guard's rerun
-- ``llm_data``:  LLM data faults (an id past the vocabulary, a junk shard) and their filter
 
 >>> from nanlab.faults import get_fault, run_fault
 >>> get_fault("nan_input").cure
 'validate_data'
 """
 
-# they register their faults and fixes: bit_flip and guard_rerun; the LLM data faults and
-# quality_filter; the gradient-accumulation faults, token_weighted, scaler_update_per_step
-from nanlab.faults import grad_accum, hardware, llm_data  # noqa: F401
+# the families register their faults (and fixes) on import, in this order
+from nanlab.faults import dirty_data, learning_rate, precision, init_eps  # noqa: F401, I001
+from nanlab.faults import optimizer_state, myths, grad_accum, hardware, llm_data  # noqa: F401
 from nanlab.faults.catalogue import FAULTS, SIGNATURES, SOP_STEPS, Fault, Param, get_fault, register
 from nanlab.faults.fixes import FIXES, Fix, batch_problems, get_fix
 from nanlab.faults.inject import Injection, inject

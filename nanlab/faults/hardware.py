@@ -36,7 +36,7 @@ from nanlab.faults.fixes import FIXES, Fix
 from nanlab.guard.guard import Guard
 
 if TYPE_CHECKING:
-    from nanlab.faults.inject import Injection
+    from nanlab.faults.levers import Injection
     from nanlab.train import Trainer
 
 _AS_INT = {torch.float32: torch.int32, torch.float16: torch.int16,

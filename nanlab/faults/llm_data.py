@@ -35,7 +35,7 @@ from nanlab.data import IGNORE_INDEX, step_generator
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import Fault, Param, register
 from nanlab.faults.fixes import FIXES, Fix, label_range
-from nanlab.faults.inject import Injection
+from nanlab.faults.levers import Injection
 from nanlab.train import Trainer
 
 MAX_TOKEN_SHARE = 0.5  # a sequence whose most common token is more than half of it is junk

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import get_fault
-from nanlab.faults.inject import Injection
+from nanlab.faults.levers import Injection
 from nanlab.record import RunRecord
 from nanlab.train import TrainConfig, Trainer, stop_if_poisoned
 

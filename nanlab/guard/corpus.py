@@ -52,7 +52,7 @@ import numpy as np
 
 from nanlab.errors import check_choice
 from nanlab.faults.catalogue import FAULTS, get_fault
-from nanlab.faults.inject import Injection
+from nanlab.faults.levers import Injection
 from nanlab.faults.run import build_fault_trainer, execute
 from nanlab.guard.detectors import RULES, Detector, alarms
 from nanlab.guard.guard import Guard

@@ -1,0 +1,33 @@
+"""Myth checks: failures people blame for NaN that only stall a run (dead ReLUs, a deep
+chain of sigmoids). Nothing overflows; the loss stops falling.
+"""
+
+from __future__ import annotations
+
+from nanlab.faults.catalogue import Fault, Param, register
+
+register(Fault(
+    name="dead_relu", family="myth",
+    summary="myth check: ReLU units that are all dead from the start",
+    mechanism="a large negative bias puts every pre-activation below 0; ReLU passes no "
+              "signal and no gradient, so those layers stop learning. Nothing overflows "
+              "and nothing divides by zero: the loss stalls, it does not become NaN",
+    needs="ReLU with a bias of -10 and a plain stack (no residual), so nothing bypasses it",
+    reveals="grad_norms", cure="sane_init", signature="stall",
+    params={"bias": Param(-10.0, -1e3, 0.0)},
+    conditions=lambda p: {"model": {"activation": "relu", "mlp_bias_init": p["bias"],
+                                    "residual": False}},
+))
+
+register(Fault(
+    name="sigmoid_chain", family="myth",
+    summary="myth check: a deep chain of sigmoids without residual connections",
+    mechanism="sigmoid's slope is at most 1/4, so the gradient shrinks at every layer and "
+              "vanishes; the early layers barely move. It stalls; it does not overflow",
+    needs="sigmoid activations, a deep plain stack (no residual, no LayerNorm), Xavier init",
+    reveals="grad_norms", cure="modern_block", signature="stall",
+    params={"n_layer": Param(8, 2, 64)},
+    conditions=lambda p: {"model": {"activation": "sigmoid", "n_layer": p["n_layer"],
+                                    "residual": False, "use_norms": False,
+                                    "init": "xavier"}},
+))

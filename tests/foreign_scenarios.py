@@ -12,6 +12,7 @@ must find and prove.
 from __future__ import annotations
 
 import importlib.util
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,12 +32,15 @@ class Scenario:
     name: str
     kind: str  # the model kind
     family: str  # the root cause diagnose must name
-    fix: str  # the fix it must prove
+    fix: str | None  # the fix it must prove (None for user_code: the cure is in it)
     make: Callable[[TrainConfig], Trainer]
     config: TrainConfig = field(default_factory=TrainConfig)
     own_fault: bool = True  # the fault is written here, not by nanlab.faults
     own_optimizer: bool = False  # the trainer gets an optimizer object made here
     needs: str | None = None  # an optional package
+    # family "user_code": the module (its name in model.named_modules()) whose own forward
+    # makes the first NaN / inf from finite inputs; the cure is a clamp there, fix None
+    where: str | None = None
 
     def build(self, config: TrainConfig) -> Trainer:
         torch.manual_seed(config.seed)  # the model's init, the same in every replay
@@ -347,6 +351,310 @@ def llama_nan_input(config):
     return Trainer(config, model=model, batches=injection.batches, loss_fn=hf_loss)
 
 
+# -- a heteroscedastic regressor: a Gaussian NLL, below 0 once it learns -----------------
+def noisy_curve(step: int, n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """y = sin(2x) with noise whose std grows with |x| (0.02 .. 0.22)."""
+    g = gen(step)
+    x = torch.rand(n, 1, generator=g) * 4 - 2
+    noise = (0.02 + 0.1 * x.abs()) * torch.randn(n, 1, generator=g)
+    return x, torch.sin(2 * x) + noise
+
+
+def gaussian_nll(model, batch):
+    x, y = batch
+    mean, raw = model(x).unbind(-1)
+    return F.gaussian_nll_loss(mean, y[:, 0], F.softplus(raw))  # var > 0, floored at 1e-6
+
+
+def nll_lr_typo(config):
+    """A mean-and-variance regressor (Gaussian NLL, negative once it learns: healthy)
+    trained by AdamW at LR 3.0 where 3e-3 was meant: the first steps throw the weights off,
+    the loss jumps to ~1e12 and never learns again. At LR 0.3 it still ends above its
+    first loss; LR 0.03 reaches the healthy ~-1.9 (so the cure is LR / 100). The variance
+    is a softplus floored by gaussian_nll_loss: nothing in the user's code is unsafe."""
+    return Trainer(config, model=mlp(width=64, depth=2, inputs=1, outputs=2),
+                   batches=noisy_curve, loss_fn=gaussian_nll)
+
+
+# -- a graph network: mean aggregation over neighbours ---------------------------------
+class MeanConv(nn.Module):
+    """GraphSAGE-mean: h_i' = relu(W_self h_i + W_nb . mean of h_j over the neighbours j
+    of i); ``floor`` clamps the degree (None: the user's code, no clamp)."""
+
+    def __init__(self, d_in: int, d_out: int, floor: float | None = None):
+        super().__init__()
+        self.self_lin, self.nb_lin = nn.Linear(d_in, d_out), nn.Linear(d_in, d_out)
+        self.floor = floor
+
+    def forward(self, h, adj):
+        degree = adj.sum(-1, keepdim=True)
+        if self.floor is not None:
+            degree = degree.clamp(min=self.floor)
+        return F.relu(self.self_lin(h) + self.nb_lin(adj @ h / degree))
+
+
+class GraphNet(nn.Module):
+    def __init__(self, floor: float | None = None):
+        super().__init__()
+        self.layers = nn.ModuleList([MeanConv(4, 32, floor), MeanConv(32, 32, floor)])
+        self.head = nn.Linear(32, 3)
+
+    def forward(self, x, adj):
+        h = x
+        for layer in self.layers:
+            h = layer(h, adj)
+        return self.head(h)
+
+
+def graphs(step: int, n: int = 8, nodes: int = 12) -> dict:
+    """Random undirected graphs (a ring plus random chords, no self-loops); a node's class
+    is the argmax of its neighbours' mean feature over the first three features."""
+    g = gen(step)
+    x = torch.randn(n, nodes, 4, generator=g)
+    upper = (torch.rand(n, nodes, nodes, generator=g) < 0.2).float().triu(1)
+    ring = torch.roll(torch.eye(nodes), 1, dims=1)
+    adj = ((upper + upper.transpose(1, 2) + ring + ring.T) > 0).float()
+    y = (adj @ x[..., :3] / adj.sum(-1, keepdim=True)).argmax(-1)
+    return {"x": x, "adj": adj, "y": y}
+
+
+def graph_loss(model, batch):
+    logits = model(batch["x"], batch["adj"])
+    return F.cross_entropy(logits.flatten(0, 1), batch["y"].flatten())
+
+
+def gnn_isolated_node(config, floor: float | None = None):
+    """Mean aggregation divides by the node degree; at batch 40 one graph has an isolated
+    node (degree 0, a legal graph): 0 / 0 in layers.0's forward. Isolated nodes are
+    ordinary graph data, so the cure is the user's: ``degree.clamp(min=1)``."""
+    def batches(step):
+        batch = graphs(step)
+        if step == 40:
+            batch["adj"][2, 5, :] = 0.0
+            batch["adj"][2, :, 5] = 0.0
+            batch["y"][2, 5] = 0
+        return batch
+    return Trainer(config, model=GraphNet(floor), batches=batches, loss_fn=graph_loss)
+
+
+# -- an encoder-decoder with key-padding masks (hand-written attention) ----------------
+class MaskedAttention(nn.Module):
+    """Single-head attention; ``pad`` (batch, keys) is True at padding, filled with -inf."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.q, self.kv, self.out = nn.Linear(d, d), nn.Linear(d, 2 * d), nn.Linear(d, d)
+
+    def forward(self, x, memory, pad=None, causal=False):
+        k, v = self.kv(memory).chunk(2, -1)
+        scores = self.q(x) @ k.transpose(1, 2) / k.shape[-1] ** 0.5
+        if pad is not None:
+            scores = scores.masked_fill(pad[:, None, :], float("-inf"))
+        if causal:
+            future = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        return x + self.out(scores.softmax(-1) @ v)
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, vocab: int = 16, d: int = 32, length: int = 12):
+        super().__init__()
+        self.src_emb, self.tgt_emb = nn.Embedding(vocab, d), nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(length, d) * 0.1)
+        self.encoder, self.self_attn = MaskedAttention(d), MaskedAttention(d)
+        self.cross = MaskedAttention(d)
+        self.ffn = nn.Sequential(nn.Linear(d, 64), nn.ReLU(), nn.Linear(64, d))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, src, tgt_in):
+        pad = src == 0
+        s = self.src_emb(src) + self.pos[: src.shape[1]]
+        memory = self.encoder(s, s, pad)
+        t = self.tgt_emb(tgt_in) + self.pos[: tgt_in.shape[1]]
+        t = self.cross(self.self_attn(t, t, causal=True), memory, pad)
+        return self.head(t + self.ffn(t))
+
+
+def reversal_pairs(step: int, n: int = 16, length: int = 10) -> dict:
+    """Source: 4-10 tokens (1..14) then padding 0; target: the source reversed, then an
+    end token 15; the decoder reads the target shifted right (a start token 15)."""
+    g = gen(step)
+    src = torch.randint(1, 15, (n, length), generator=g)
+    lengths = torch.randint(4, length + 1, (n,), generator=g)
+    src[torch.arange(length) >= lengths[:, None]] = 0
+    tgt = torch.full((n, length + 1), IGNORE)
+    for i, k in enumerate(lengths.tolist()):
+        tgt[i, :k] = src[i, :k].flip(0)
+        tgt[i, k] = 15
+    tgt_in = torch.cat([torch.full((n, 1), 15), tgt[:, :-1].clamp(min=0)], 1)
+    return {"src": src, "tgt_in": tgt_in, "tgt": tgt}
+
+
+def seq2seq_loss(model, batch):
+    logits = model(batch["src"], batch["tgt_in"])
+    return F.cross_entropy(logits.flatten(0, 1), batch["tgt"].flatten(), ignore_index=IGNORE)
+
+
+def seq2seq_empty_source(config):
+    """A parallel corpus with an empty line on the source side: at batch 40 one pair's
+    source is all padding while its target is a sentence. Every key of that row is masked,
+    the softmax over all -inf is 0 / 0 in the encoder. The cause is the data (a pair with
+    nothing to translate is a broken example: filter or skip it), as with an all-padding
+    shard; masking code that returned zeros instead would silently train on the pair."""
+    def batches(step):
+        batch = reversal_pairs(step)
+        if step == 40:
+            batch["src"][3] = 0
+        return batch
+    return Trainer(config, model=Seq2Seq(), batches=batches, loss_fn=seq2seq_loss)
+
+
+# -- a normalising flow: RealNVP coupling layers on small images ------------------------
+class Logit(nn.Module):
+    """Pixels in [0, 1] to the real line, with the log-determinant. ``alpha`` squeezes the
+    pixels into [alpha, 1 - alpha] first (RealNVP's 0.05); 0 leaves them as they are."""
+
+    def __init__(self, alpha: float = 0.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        x = self.alpha + (1 - 2 * self.alpha) * x
+        y = torch.log(x) - torch.log(1 - x)
+        return y, (-torch.log(x) - torch.log(1 - x)).sum(-1)
+
+
+class Coupling(nn.Module):
+    """Affine coupling: half the pixels scale and shift the other half (tanh-bounded
+    log-scale, as RealNVP does)."""
+
+    def __init__(self, dim: int, flip: bool):
+        super().__init__()
+        self.flip = flip
+        self.net = nn.Sequential(nn.Linear(dim // 2, 64), nn.ReLU(), nn.Linear(64, dim))
+
+    def forward(self, y):
+        a, b = y.chunk(2, -1)
+        if self.flip:
+            a, b = b, a
+        log_s, t = self.net(a).chunk(2, -1)
+        log_s = torch.tanh(log_s)
+        b = b * log_s.exp() + t
+        return (torch.cat([b, a], -1) if self.flip else torch.cat([a, b], -1)), log_s.sum(-1)
+
+
+class Flow(nn.Module):
+    def __init__(self, dim: int = 16, alpha: float = 0.0):
+        super().__init__()
+        self.logit = Logit(alpha)
+        self.couplings = nn.ModuleList([Coupling(dim, i % 2 == 1) for i in range(4)])
+
+    def forward(self, x):
+        """The negative log-likelihood per pixel (in nats), negative once it learns."""
+        y, logdet = self.logit(x)
+        for layer in self.couplings:
+            y, ld = layer(y)
+            logdet = logdet + ld
+        log_pz = -0.5 * (y ** 2 + math.log(2 * math.pi)).sum(-1)
+        return -(log_pz + logdet).mean() / x.shape[-1]
+
+
+def patches(step: int, n: int = 32) -> torch.Tensor:
+    """4 x 4 grey patches (flattened): a random gradient plus noise, clipped to the
+    darkest and brightest non-black, non-white 8-bit levels (1/255, 254/255)."""
+    g = gen(step)
+    ramp = torch.linspace(-1, 1, 4)
+    angle = torch.rand(n, 1, 1, generator=g) * 2 * math.pi
+    img = 0.5 + 0.35 * (angle.cos() * ramp[None, :, None] + angle.sin() * ramp[None, None, :])
+    img = img + 0.05 * torch.randn(n, 4, 4, generator=g)
+    return img.flatten(1).clamp(1 / 255, 254 / 255)
+
+
+def flow_black_pixel(config, alpha: float = 0.0):
+    """A RealNVP flow's logit preprocessing without RealNVP's alpha squeeze: at batch 40
+    one patch has a pure black pixel (0, one 8-bit level below the 1/255 that ~1.5% of all
+    pixels have: legal data): log(0) = -inf in the ``logit`` module's forward. The cure
+    is the user's: squeeze the pixels (alpha 0.05) before the logit."""
+    def batches(step):
+        x = patches(step)
+        if step == 40:
+            x[7, 5] = 0.0
+        return x
+    return Trainer(config, model=Flow(alpha=alpha), batches=batches,
+                   loss_fn=lambda model, x: model(x))
+
+
+# -- a contrastive dual encoder (InfoNCE, CLIP-style) ----------------------------------
+def views(step: int, n: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two views of the same latent: a linear mix (16 features) and a noisy tanh (12)."""
+    g = gen(step)
+    z = torch.randn(n, 8, generator=g)
+    mix = torch.randn(16, 16, generator=torch.Generator().manual_seed(1))
+    proj = torch.randn(8, 12, generator=torch.Generator().manual_seed(2))
+    a = torch.cat([z, torch.randn(n, 8, generator=g)], 1) @ mix
+    b = torch.tanh(z @ proj) + 0.1 * torch.randn(n, 12, generator=g)
+    return a, b
+
+
+class DualEncoder(nn.Module):
+    def __init__(self, temperature: float = 0.07):
+        super().__init__()
+        self.a, self.b = mlp(64, 2, 16, 32), mlp(64, 2, 12, 32)
+        self.temperature = temperature
+
+    def forward(self, a, b):
+        return self.a(a) @ self.b(b).T / self.temperature  # dot-product similarities
+
+
+def info_nce(model, batch):
+    logits = model(*batch)
+    labels = torch.arange(len(logits))
+    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+
+
+def contrastive_lr_fp16(config):
+    """A dual encoder under fp16 autocast at LR 0.3: the similarity matmul passes 65504
+    at step 3 and the loss is NaN from then on. The fp16 overflow is the symptom: in bf16
+    and fp32 the same LR sends the loss to ~1e4-1e5 and it never learns; LR 0.03 collapses
+    to log(32); LR 3e-3 learns, in fp16 too (so the cure is LR / 100, not bf16)."""
+    return Trainer(config, model=DualEncoder(), batches=views, loss_fn=info_nce)
+
+
+# -- a token classifier: nn.Embedding(padding_idx) into a LayerNorm with eps 0 ----------
+class BagClassifier(nn.Module):
+    def __init__(self, vocab: int = 32, eps: float = 0.0):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 32, padding_idx=0)
+        self.norm = nn.LayerNorm(32, eps=eps)
+        self.mlp = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, tokens):
+        h = self.mlp(self.norm(self.emb(tokens)))
+        keep = (tokens > 0).float()[..., None]
+        return self.head((h * keep).sum(1) / keep.sum(1).clamp(min=1))
+
+
+def token_bags(step: int, n: int = 32, length: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sentence's class is which quarter of the vocabulary most of its tokens come from;
+    from batch 25 on, sentences are 5-10 tokens, padded with id 0."""
+    g = gen(step)
+    y = torch.randint(0, 4, (n,), generator=g)
+    tokens = 1 + (y[:, None] * 8 + torch.randint(0, 8, (n, length), generator=g)) % 31
+    noise = torch.rand(n, length, generator=g) < 0.3
+    tokens = torch.where(noise, torch.randint(1, 32, (n, length), generator=g), tokens)
+    if step >= 25:
+        lengths = torch.randint(5, length + 1, (n,), generator=g)
+        tokens[torch.arange(length) >= lengths[:, None]] = 0
+    return tokens, y
+
+
+def layernorm_eps_zero(config):
+    """LayerNorm(eps=0) right after an Embedding with padding_idx: a pad token's row is
+    all zeros, its variance 0, 0 * (1 / sqrt(0)) = NaN once padded batches arrive."""
+    return Trainer(config, model=BagClassifier(), batches=token_bags, loss_fn=classify)
+
+
 SCENARIOS = [
     Scenario("mlp_missing_value", "MLP regression", "dirty_data", "validate_data",
              missing_value, base()),
@@ -376,4 +684,16 @@ SCENARIOS = [
              needs="transformers"),
     Scenario("llama_nan_input", "HF Llama", "dirty_data", "validate_data",
              llama_nan_input, base(), own_fault=False, needs="transformers"),
+    Scenario("nll_lr_typo", "MLP heteroscedastic regression (Gaussian NLL)",
+             "learning_rate", "lr_div100", nll_lr_typo, base(lr=3.0)),
+    Scenario("gnn_isolated_node", "graph network (mean aggregation)", "user_code", None,
+             gnn_isolated_node, base(), where="layers.0"),
+    Scenario("seq2seq_empty_source", "encoder-decoder (cross-attention)", "dirty_data",
+             "validate_data", seq2seq_empty_source, base()),
+    Scenario("flow_black_pixel", "normalising flow (RealNVP)", "user_code", None,
+             flow_black_pixel, base(), where="logit"),
+    Scenario("contrastive_lr_fp16", "contrastive dual encoder (InfoNCE)", "learning_rate",
+             "lr_div100", contrastive_lr_fp16, base(lr=0.3, precision="fp16")),
+    Scenario("layernorm_eps_zero", "embedding bag classifier", "tiny_eps", "norm_eps",
+             layernorm_eps_zero, base()),
 ]

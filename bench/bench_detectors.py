@@ -3,7 +3,7 @@ alarms per 1,000 healthy steps and median lead before the NaN, with the corpus s
 the time it took (making the corpus, then replaying every rule over it).
 
 Prints numbers and asserts nothing. The same table as ``nanlab detectors``; the
-definitions are in ``nanlab/guard/corpus.py``.
+definitions are in ``nanlab/faults/corpus.py``.
 
 Run:  OMP_NUM_THREADS=1 python bench/bench_detectors.py  [--quick]
 The last line is JSON, to quote.
@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from nanlab.guard.corpus import detector_table
+from nanlab.faults.corpus import detector_table
 
 
 def main() -> None:

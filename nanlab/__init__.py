@@ -36,16 +36,18 @@ The library, the modules the labs import most at the top:
 - ``nanlab.cli``         the ``nanlab`` command line, its exit codes
 - ``nanlab.cli_parse``   typed values for the command line: ``--config`` and ``--set``
 - ``nanlab.cli_resume``  ``nanlab run --resume``: the stored run's config, a changed setting refused
-- ``nanlab.faults``      faults that fail by their real mechanism, their cures, the fault x fix
-  matrix, mystery runs (``catalogue``, ``inject``, ``run``, ``fixes``, ``matrix``, ``mystery``,
-  ``hardware``, ``llm_data``, ``grad_accum``)
+- ``nanlab.faults``      faults that fail by their real mechanism, one module per family, their
+  cures, the fault x fix matrix, mystery runs, the spike rules' corpus (``catalogue``,
+  ``levers``, ``inject``, ``dirty_data``, ``learning_rate``, ``precision``, ``init_eps``,
+  ``optimizer_state``, ``myths``, ``grad_accum``, ``hardware``, ``llm_data``, ``run``,
+  ``fixes``, ``matrix``, ``mystery``, ``corpus``)
 - ``nanlab.debug``       finding the cause: ``locate`` replays the first bad step, ``diagnose``
   runs the SOP, probes and LR sensitivity, per-sample loss (``trace``, ``locate``,
   ``diagnose``, ``runs``, ``probes``, ``sensitivity``, ``attribution``, ``llm_data_checks``,
   ``hardware_checks``, ``restart_checks``, ``grad_accum_checks``)
 - ``nanlab.guard``       stop / skip / recover around the optimizer step, the spike detector,
-  one decision on every data-parallel rank, spike rules scored (``guard``, ``snapshots``,
-  ``spikes``, ``agree``, ``detectors``, ``corpus``)
+  one decision on every data-parallel rank, spike rules (``guard``, ``snapshots``,
+  ``spikes``, ``agree``, ``detectors``, ``framework``, ``hf``, ``lightning``)
 - ``nanlab.viz``         loss curves, grad-norm heat maps, per-layer histograms and update
   ratios, float bit layouts, the SOP flowchart, TensorBoard export (``plots``, ``layers``,
   ``diagrams``, ``tensorboard``)
@@ -59,11 +61,50 @@ Built on the library:
   interview, STAR story, cheat sheet (``bank``, ``frameworks``, ``mock``, ``widgets``, ``star``,
   ``cheatsheet``)
 
+The public API, importable from ``nanlab`` itself (each name loads its module on first use)::
+
+    Trainer, TrainConfig             run a model (the toy or yours) with records and checkpoints
+    FAULTS, get_fault, inject        the fault catalogue; a fault put into your own run
+    run_fault                        a fault on the built-in toy run
+    locate, diagnose, load_run       the first bad step; the SOP with its fix proven; a run folder
+    Guard                            stop, skip or roll back around the optimizer step
+    NanlabError                      every error nanlab raises on bad input
+
+``nanlab.train`` and ``nanlab.judge`` are modules, so their functions of the same name are
+called as ``nanlab.train.train`` and ``nanlab.judge.judge``. Everything else lives in the
+modules above; the course and the interview practice are
+reached as ``nanlab.course`` and ``nanlab.interview``.
+
 Quick start in a notebook::
 
-    from nanlab.train import TrainConfig, train
-    run = train(TrainConfig(steps=200))
-    run.losses()[-1]
+    import nanlab
+    trainer = nanlab.Trainer(nanlab.TrainConfig(steps=200))
+    trainer.run().losses()[-1]
 """
 
+import importlib
+
 __version__ = "0.1.0"
+
+# name -> the module that defines it; loaded on first use, so ``import nanlab`` stays light
+PUBLIC = {
+    "Trainer": "nanlab.train", "TrainConfig": "nanlab.config",
+    "FAULTS": "nanlab.faults", "get_fault": "nanlab.faults", "inject": "nanlab.faults",
+    "run_fault": "nanlab.faults",
+    "locate": "nanlab.debug", "diagnose": "nanlab.debug", "load_run": "nanlab.debug",
+    "Guard": "nanlab.guard",
+    "NanlabError": "nanlab.errors",
+}
+__all__ = sorted(PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in PUBLIC:
+        value = getattr(importlib.import_module(PUBLIC[name]), name)
+        globals()[name] = value  # the next lookup is a plain attribute
+        return value
+    raise AttributeError(f"module 'nanlab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(PUBLIC))

@@ -35,7 +35,7 @@ written as real training loops write them (the ``grad_accum`` fault family).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -43,8 +43,18 @@ from nanlab.batches import map_tensors, tensor_paths
 from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError
 
-if TYPE_CHECKING:
-    from nanlab.train import Trainer
+
+class StepParts(Protocol):
+    """What accumulation needs of a trainer (nanlab.train.Trainer has them all); named
+    here so this module sits below the trainer that calls it."""
+
+    config: Any
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: Any
+    device: torch.device
+
+    def autocast(self) -> Any: ...
 
 
 def _rows(batch: Any) -> int:
@@ -87,7 +97,7 @@ def target_count(batch: Any) -> int:
     return int((labels[-1] != IGNORE_INDEX).sum())
 
 
-def accumulate(trainer: Trainer, batch: Any, loss_fn) -> torch.Tensor:
+def accumulate(trainer: StepParts, batch: Any, loss_fn) -> torch.Tensor:
     """Forward and backward over ``config.accum_steps`` micro-batches into ``p.grad``;
     returns the step's loss (detached). The caller unscales, clips and steps once.
 

@@ -587,7 +587,7 @@ def cmd_detectors(args) -> int:
         nanlab detectors            # 41 runs, a few minutes on 2 cores
         nanlab detectors --quick --json
     """
-    from nanlab.guard.corpus import detector_table
+    from nanlab.faults.corpus import detector_table
 
     def progress(label: str) -> None:
         print(f"  run: {label}", file=sys.stderr, flush=True)

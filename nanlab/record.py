@@ -49,6 +49,7 @@ import subprocess
 import time
 import warnings
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -538,6 +539,15 @@ def _read_rows(path: Path, stream: str = "events") -> list[dict]:
     return rows
 
 
+def nanlab_version() -> str:
+    """The installed package's version (read from its metadata, so the run record does not
+    import the package's front door and everything behind it)."""
+    try:
+        return metadata.version("nanlab")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "unknown"
+
+
 def environment_info() -> dict:
     """Versions and code commit for the manifest.
 
@@ -546,13 +556,11 @@ def environment_info() -> dict:
     """
     import torch
 
-    import nanlab
-
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numpy": np.__version__,
-        "nanlab": nanlab.__version__,
+        "nanlab": nanlab_version(),
         "platform": platform.platform(),
         "torch_threads": torch.get_num_threads(),
         "git_commit": git_commit(),

@@ -49,7 +49,7 @@ from nanlab import faults
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.faults import run_fault
 from nanlab.guard import Guard, SpikeDetector
-from nanlab.guard.corpus import detector_table, make_corpus
+from nanlab.faults.corpus import detector_table, make_corpus
 from nanlab.guard.detectors import Nanlab
 from nanlab.signals import final_loss, find_spikes, recovery_steps
 from nanlab.train import Trainer
@@ -701,7 +701,7 @@ print("unguarded NaN run:", detect(losses))
 #
 # ### Detectors compared, and a threshold priced
 # Every framework ships a spike rule (section 9); none says how often it is wrong.
-# `nanlab.guard.corpus` makes labelled runs (here the quick corpus: clean, noisy, an LR
+# `nanlab.faults.corpus` makes labelled runs (here the quick corpus: clean, noisy, an LR
 # burst that heals, a skipped NaN then a burst, a deep stack that explodes) and replays
 # each rule, as written in its source file, over their losses and grad norms. An alarm
 # on a healthy step is a **false alarm**; an incident is **detected** by an alarm in its

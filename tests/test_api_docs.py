@@ -90,3 +90,18 @@ def test_doctests_pass(name, tmp_path, monkeypatch):
     result = runner.summarize(verbose=False)
     assert result.failed == 0, f"nanlab.{name}: {result.failed} doctest example(s) failed " \
                                "(see the captured output above)"
+
+
+def test_the_front_door_lists_a_small_public_api():
+    """``nanlab.<name>`` for each public name: it loads, it has an example, and both
+    ``help(nanlab)`` and the README name it."""
+    readme = (ROOT / "README.md").read_text()
+    assert 5 <= len(nanlab.__all__) <= 15, nanlab.__all__
+    for name in nanlab.__all__:
+        obj = getattr(nanlab, name)
+        if inspect.isfunction(obj) or inspect.isclass(obj):
+            assert EXAMPLE.search(inspect.cleandoc(obj.__doc__ or "")), f"{name}: no example"
+        assert re.search(rf"\b{name}\b", nanlab.__doc__), f"help(nanlab) does not name {name}"
+        assert f"`{name}`" in readme, f"the README's public API does not name {name}"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        nanlab.nope  # noqa: B018

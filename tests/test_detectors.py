@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nanlab.cli import main
-from nanlab.guard.corpus import Run, best, score
+from nanlab.faults.corpus import Run, best, score
 from nanlab.guard.detectors import (
     RULES,
     Detector,

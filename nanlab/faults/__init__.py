@@ -23,6 +23,7 @@ Built on them:
 - ``fixes``:     the SOP's cures, each a config change or a callback
 - ``matrix``:    every fault against every fix, measured
 - ``mystery``:   runs whose fault is drawn from a seed and sealed, for learners to find
+- ``corpus``:    the guard's spike rules scored on a labelled corpus of fault runs
 
 >>> from nanlab.faults import get_fault, run_fault
 >>> get_fault("nan_input").cure

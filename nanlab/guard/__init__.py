@@ -9,7 +9,6 @@
 - ``lightning``: the guard as a Lightning ``Callback`` (``nanlab[lightning]``; not imported here)
 - ``detectors``: the spike rules of Megatron-LM, Lightning, llm-foundry, OLMo-core, ZClip
   and nanlab, read from their sources, behind one interface
-- ``corpus``: a labelled corpus of runs and the table that scores every rule on it
 
 >>> from nanlab.guard import Guard
 >>> Guard("skip").mode
@@ -18,8 +17,8 @@
 
 from nanlab.guard.agree import agree, is_distributed
 from nanlab.guard.detectors import RULES, Detector, make_detector
-from nanlab.guard.guard import ACTIONS, MODES, SPIKE_ACTIONS, VERDICTS, Decision, Guard
+from nanlab.guard.guard import VERDICTS, Decision, Guard
 from nanlab.guard.spikes import SpikeDetector
 
-__all__ = ["ACTIONS", "MODES", "RULES", "SPIKE_ACTIONS", "VERDICTS", "Decision", "Detector",
-           "Guard", "SpikeDetector", "agree", "is_distributed", "make_detector"]
+__all__ = ["RULES", "VERDICTS", "Decision", "Detector", "Guard", "SpikeDetector", "agree",
+           "is_distributed", "make_detector"]

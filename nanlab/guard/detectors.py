@@ -4,7 +4,7 @@ Each rule watches the per-step loss and global grad norm (before clipping) and a
 question per step: is this step an alarm? A rule is written from its source file (named in
 ``source``, read at the commit cited) with the same constants, the same warm-up, the same
 one- or two-sidedness and the same treatment of NaN, so that the table in
-:mod:`nanlab.guard.corpus` measures the rule as shipped, not a paraphrase of it.
+:mod:`nanlab.faults.corpus` measures the rule as shipped, not a paraphrase of it.
 
 =================  ===============================================================
 ``megatron``       loss >= 10x the max |loss| of the first 100 finite losses

@@ -36,13 +36,9 @@ Quick start::
 """
 
 from nanlab.interview.bank import (
-    LEVEL_LABELS,
     LEVELS,
-    MAX_FOLLOW_UPS,
-    TOPIC_LABELS,
     TOPICS,
     BankError,
-    FollowUp,
     Question,
     bank_counts,
     check_bank,
@@ -53,25 +49,16 @@ from nanlab.interview.bank import (
     resolve,
 )
 from nanlab.interview.cheatsheet import cheat_sheet
-from nanlab.interview.frameworks import FRAMEWORKS, Framework, answer_framework, frameworks_markdown
-from nanlab.interview.mock import GOOD_SCORE, InterviewSummary, MockInterview, Reply, Turn
-from nanlab.interview.star import StarStory, star_story, story_from_facts
-from nanlab.interview.star_facts import (
-    JUMP_WINDOW,
-    RECOVERY_SLACK,
-    RECOVERY_TOLERANCE,
-    grad_norm_jump,
-    incident_facts,
-)
+from nanlab.interview.frameworks import FRAMEWORKS, answer_framework, frameworks_markdown
+from nanlab.interview.mock import GOOD_SCORE, MockInterview, Turn
+from nanlab.interview.star import star_story, story_from_facts
+from nanlab.interview.star_facts import grad_norm_jump
 from nanlab.interview.star_words import _CAUSE_WORDS  # noqa: F401  (tests read every cause)
 from nanlab.interview.widgets import MockInterviewWidget, free_text
 
 __all__ = [
-    "FRAMEWORKS", "GOOD_SCORE", "JUMP_WINDOW", "LEVELS", "LEVEL_LABELS", "MAX_FOLLOW_UPS",
-    "RECOVERY_SLACK", "RECOVERY_TOLERANCE", "TOPICS", "TOPIC_LABELS",
-    "BankError", "FollowUp", "Framework", "InterviewSummary", "MockInterview",
-    "MockInterviewWidget", "Question", "Reply", "StarStory", "Turn",
-    "answer_framework", "bank_counts", "cheat_sheet", "check_bank", "default_bank_path",
-    "frameworks_markdown", "free_text", "get_question", "grad_norm_jump", "incident_facts",
-    "load_bank", "parse_bank", "resolve", "star_story", "story_from_facts",
+    "FRAMEWORKS", "GOOD_SCORE", "LEVELS", "TOPICS", "BankError", "MockInterview",
+    "MockInterviewWidget", "Question", "Turn", "answer_framework", "bank_counts", "cheat_sheet",
+    "check_bank", "default_bank_path", "frameworks_markdown", "free_text", "get_question",
+    "grad_norm_jump", "load_bank", "parse_bank", "resolve", "star_story", "story_from_facts",
 ]

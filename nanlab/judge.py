@@ -31,7 +31,8 @@ How well it must have learned has three reference points, named in the verdict:
 - ``bad run``: the replay of a bad run that had learned for ``MIN_BEFORE`` steps or more
   before its failure (``baseline=``, the bad run; :func:`failure_point`): at that
   step the replay must be at least as far as the bad run was (within ``BEHIND_FACTOR``),
-  and then keep learning (below ``LEARN_FRACTION`` of its start). A bad run that stayed
+  and then keep learning (below ``LEARN_FRACTION`` of its start, or below the bad run's
+  loss at its failure when that is higher: a slow learner). A bad run that stayed
   finite (its failure is its whole curve) is beaten by ending below ``BETTER_FACTOR`` of
   its final loss; one that failed before it learned (at step 0) only asks the replay to
   learn (below ``LEARN_FRACTION`` of its start). This is how diagnose proves a fix on
@@ -265,10 +266,12 @@ def _limit(start: float, clean_final: float | None, baseline: Any, floor: float 
     if reference != "start" or baseline is None:
         return limit, reference
     learn = _above(floor, LEARN_FRACTION, start)
-    worse = _finite_end(baseline)
-    if worse is not None and failure_point(baseline) is None:  # a finite bad run: beat it
+    worse, point = _finite_end(baseline), failure_point(baseline)
+    if worse is not None and point is None:  # a finite bad run: beat it
         return min(learn, _above(floor, BETTER_FACTOR, worse)), "bad run"
-    return learn, "bad run"  # learned before it failed, or never did
+    if point is not None:  # learned, then failed: end below where it failed (a slow learner
+        return max(learn, point[1]), "bad run"  # may not reach 70 % of its start by then)
+    return learn, "bad run"  # failed before it learned
 
 
 def _against(reference: str, clean_final: float | None) -> str:

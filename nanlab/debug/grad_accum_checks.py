@@ -20,6 +20,7 @@ import math
 
 from nanlab.accum import split_batch, target_count
 from nanlab.batches import to_device
+from nanlab.debug.checks import Case, Outcome, register_check
 from nanlab.objective import global_grad_norm
 
 WINDOW = 30  # the steps before the symptom whose micro-batches are read
@@ -83,15 +84,17 @@ def check_accumulation(run, step: int | None):
     return None, None
 
 
-def audit_gradient(run, build) -> tuple[str | None, str | None]:
+def audit_gradient(run, build, until: int | None = None) -> tuple[str | None, str | None]:
     """Is the gradient the loop recorded the gradient of the loss it trains on?
 
     Only a loop that accumulates or scales has arithmetic of its own between the loss
     and ``p.grad``. From the run's first checkpoint, a fresh trainer (``build``) takes
     that step's whole batch once: fp32, no scaler, one backward, frozen weights left
     out as the loop leaves them out. Its global norm must match the recorded one within
-    a factor AGREE. Returns (the fault it points to or None, the evidence) when they
-    disagree, (None, None) when they agree or nothing can be replayed.
+    a factor AGREE. Only checkpoints up to ``until`` (the failing step) are audited:
+    after a failure a collapsed loss scale records 0, which is no loop bug. Returns (the
+    fault it points to or None, the evidence) when they disagree, (None, None) when they
+    agree or nothing can be replayed.
 
     >>> from nanlab import faults
     >>> ok = faults.run_fault(None, accum_steps=4, steps=3)
@@ -103,7 +106,8 @@ def audit_gradient(run, build) -> tuple[str | None, str | None]:
         return None, None  # one backward of the loss: nothing of the loop's own to audit
     rows = {r["step"]: r for r in run.record.steps}
     start = next((s for s in trainer.checkpoints.steps()
-                  if math.isfinite(rows.get(s, {}).get("grad_norm", math.nan))), None)
+                  if (until is None or s <= until)
+                  and math.isfinite(rows.get(s, {}).get("grad_norm", math.nan))), None)
     if start is None:
         return None, None
     fresh = build(config.replace(out_dir=None, progress=False))
@@ -127,3 +131,20 @@ def audit_gradient(run, build) -> tuple[str | None, str | None]:
             f"{config.accum_steps} micro-batches, each backward adding scaled gradients "
             "onto unscaled ones")
     return None, text
+
+
+@register_check("data", "grad_accum", rank=30, healthy=True)
+def _check(case: Case) -> Outcome | None:
+    """The micro-batches and the scaler's crash; then the loop's gradient against the
+    loss's (also on a run that looks healthy: a silent loop bug)."""
+    from nanlab.faults.catalogue import get_fault
+
+    detail = text = None
+    if case.symptom != "healthy":
+        detail, text = check_accumulation(case.run, case.step)
+    if detail is None:
+        detail, text = audit_gradient(case.run, case.build, case.step)
+    if detail is not None:
+        return Outcome("cause", text, step=get_fault(detail).reveals, cause="grad_accum",
+                       detail=detail)
+    return Outcome("hint", text, step="grad_norms") if text is not None else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from nanlab.debug.checks import Case, Outcome, register_check
 from nanlab.errors import NanlabError
 
 SPIKE_RATIO = 2.0  # a recorded spike at least this many times the replay's loss is gone
@@ -56,6 +57,13 @@ def check_transient(run, step: int | None, symptom: str, loc=None) -> str | None
             f"bit, step {step} does not (loss {recorded:.4g} in the run, {loc.loss:.4g} in "
             "the replay): a transient fault, silent data corruption on the device; dirty "
             "data would fail again")
+
+
+@register_check("data", "hardware", rank=60)
+def _check(case: Case) -> Outcome | None:
+    """A clean batch whose step does not fail again when replayed exactly: the device."""
+    text = check_transient(case.run, case.step, case.symptom, case.loc)
+    return Outcome("cause", text, cause="hardware", detail="bit_flip") if text else None
 
 
 __all__ = ["SPIKE_RATIO", "check_transient"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from nanlab.batches import tensor_paths
 from nanlab.debug.attribution import per_sample_loss
+from nanlab.debug.checks import Case, Outcome, register_check
 from nanlab.faults.llm_data import degenerate_rows, oov_ids, token_paths
 
 SHARD_LOOKAROUND = 50  # batches read on each side of the spike to find the shard's ends
@@ -90,3 +91,9 @@ def check_llm_data(run, step: int | None, symptom: str) -> tuple[str | None, str
 
 
 __all__ = ["check_llm_data"]
+
+
+@register_check("data", "llm_data", rank=10)
+def _check(case: Case) -> Outcome | None:
+    kind, text = check_llm_data(case.run, case.step, case.symptom)
+    return Outcome("cause", text, cause="llm_data", detail=kind) if kind else None

@@ -102,6 +102,7 @@ class Location:
     events: list[Event] = field(default_factory=list)
     n_events: int = 0
     masks: list[str] = field(default_factory=list)
+    first_minus_inf: tuple | None = None  # (pass, module, type, op): -inf alone, as log(0)
     notes: list[str] = field(default_factory=list)
     trainer_restored: bool = True
 
@@ -561,6 +562,7 @@ def _run_target(trainer: Trainer, target: int, row: dict | None, loc: Location,
     loc.first_inf, loc.first_nan = tracer.first_inf, tracer.first_nan
     loc.first_optimizer = tracer.first_optimizer
     loc.events, loc.n_events, loc.masks = tracer.events, tracer.n_events, tracer.masks
+    loc.first_minus_inf = tracer.first_minus_inf
     loc.data_nonfinite = any(e.pass_name == "data" and e.op is None for e in tracer.events)
     if error is not None:
         loc.error = f"{type(error).__name__}: {error}".splitlines()[0]

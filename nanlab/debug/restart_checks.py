@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from nanlab.debug.checks import Case, Outcome, register_check
+
 RESTART_WINDOW = 50  # a restart at most this many steps before the symptom is suspect
 
 
@@ -108,3 +110,17 @@ def saved_optimizer_steps(trainer, step: int) -> int | None:
     state = trainer.checkpoints.load(step).get("optimizer", {}).get("state", {})
     counts = [int(s["step"]) for s in state.values() if isinstance(s, dict) and "step" in s]
     return min(counts) if counts else None
+
+
+@register_check("data", "optimizer_state", rank=40)
+def _check_restart(case: Case) -> Outcome | None:
+    kind, sop_step, text = check_restarts(case.run, case.step)
+    return Outcome("cause", text, step=sop_step, cause="optimizer_state", detail=kind) \
+        if kind else None
+
+
+@register_check("data", "optimizer_state", rank=50)
+def _check_woken(case: Case) -> Outcome | None:
+    text = check_woken_layers(case.run, case.step) if case.symptom == "spike" else None
+    return Outcome("cause", text, step="grad_norms", cause="optimizer_state",
+                   detail="adam_unfreeze_spike") if text else None

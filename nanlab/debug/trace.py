@@ -169,6 +169,7 @@ class _Tracer(TorchDispatchMode):
         self.first_nan: Event | None = None
         self.first_optimizer: Event | None = None  # kept even past max_events
         self.masks: list[str] = []
+        self.first_minus_inf: tuple | None = None  # (pass, module, type, op) of an op's -inf
         self._seen: dict[tuple, torch.Tensor] = {}  # keeps the tensors alive: ids stay unique
         self._ptr_names: dict[int, str] = {}
         self._checking = False
@@ -279,6 +280,13 @@ class _Tracer(TorchDispatchMode):
         was already there are not new events. Making -inf alone is taken for a mask."""
         leaves = _float_leaves(out)
         made = _kinds(leaves) - before
+        if made == {"-inf"} and self.first_minus_inf is None and self.phase in ("forward",
+                                                                                "loss"):
+            # not an event (a mask is -inf on purpose), but log(0) makes one too: kept
+            # so that an op which then turns it into +inf or NaN can be traced to it
+            module = self.stack[-1] if self.phase == "forward" and self.stack else None
+            op = getattr(getattr(func, "overloadpacket", None), "__name__", str(func))
+            self.first_minus_inf = (self.phase, module, self._type(module), f"aten.{op}")
         if not made or made == {"-inf"}:
             return
         total, first = [0, 0, 0, 0], None

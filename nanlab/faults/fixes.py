@@ -16,6 +16,7 @@ reason instead of pretending to measure something.
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,6 +105,7 @@ class LabelRange:
     classes: int | None
     label_shape: tuple[int, ...] | None
     ids: dict[str, int] = field(default_factory=dict)
+    pads: dict[str, int] = field(default_factory=dict)  # tensor -> its embedding's padding_idx
 
     def limit(self, name: str, t: torch.Tensor) -> int | None:
         if name in self.ids:
@@ -134,10 +136,13 @@ def label_range(trainer: Trainer, batch) -> LabelRange:
         return _RANGES[model]
     seen: list = []
     embedded: dict[int, int] = {}  # data_ptr of an embedding's input -> its size
+    padded: dict[int, int] = {}  # data_ptr of an embedding's input -> its padding_idx
 
     def read_ids(module, args):
         if args and isinstance(args[0], torch.Tensor):
             embedded[args[0].data_ptr()] = module.num_embeddings
+            if getattr(module, "padding_idx", None) is not None:
+                padded[args[0].data_ptr()] = int(module.padding_idx) % module.num_embeddings
     handles = [model.register_forward_hook(lambda module, args, output: seen.append(output))]
     handles += [m.register_forward_pre_hook(read_ids) for m in model.modules()
                 if isinstance(m, nn.Embedding)]
@@ -160,11 +165,13 @@ def label_range(trainer: Trainer, batch) -> LabelRange:
     prefix = "batch" if isinstance(batch, torch.Tensor) else ""
     ids = {name: embedded[t.data_ptr()] for name, t in named_tensors(harmless, prefix)
            if not t.is_floating_point() and t.numel() and t.data_ptr() in embedded}
+    pads = {name: padded[t.data_ptr()] for name, t in named_tensors(harmless, prefix)
+            if name in ids and t.data_ptr() in padded}
     out = _logits(seen[0]) if seen else None
     if out is None or out.dim() < 2 or out.shape[-1] < 2:
-        found = LabelRange(None, None, ids)
+        found = LabelRange(None, None, ids, pads)
     else:
-        found = LabelRange(int(out.shape[-1]), tuple(out.shape[:-1]), ids)
+        found = LabelRange(int(out.shape[-1]), tuple(out.shape[:-1]), ids, pads)
     _RANGES[model] = found
     return found
 
@@ -221,6 +228,10 @@ def batch_problems(batch, vocab_size: int | LabelRange | None = None) -> list[st
                 problems.append(f"{name}: token id {int(t[at])} at position {list(at)} is "
                                 f"outside the embedding (num_embeddings {limit}; legal ids: 0 "
                                 f"to {limit - 1}); {int(illegal.sum())} such id(s)")
+            pad, rows = padding_rows(t, vocab_size.pads.get(name))
+            if rows:
+                problems.append(f"{name}: {len(rows)} row(s) {rows[:5]} hold only padding "
+                                f"(id {pad}): nothing to attend to or average over, 0 / 0")
             continue
         valid = t != IGNORE_INDEX
         if t.numel() and not valid.any():
@@ -236,6 +247,33 @@ def batch_problems(batch, vocab_size: int | LabelRange | None = None) -> list[st
             problems.append(f"{name}: {int(illegal.sum())} illegal label(s) {values} "
                             f"(legal: {legal})")
     return problems
+
+
+def padding_rows(ids: torch.Tensor, pad: int | None = None) -> tuple[int | None, list[int]]:
+    """(the padding id, the rows made only of it) of a batch of token ids (rows x
+    positions). ``pad`` is the embedding's ``padding_idx``; without one, the padding is
+    read from the batch: an id that, in every row, only ever closes it as a trailing run,
+    two or more long in some row that also holds other ids.
+
+    >>> src = torch.tensor([[5, 3, 0, 0], [7, 2, 4, 0], [0, 0, 0, 0]])
+    >>> padding_rows(src), padding_rows(src[:2])
+    ((0, [2]), (0, []))
+    >>> padding_rows(torch.tensor([[1, 2, 3], [4, 4, 4]]))  # a repeated token: no padding
+    (None, [])
+    """
+    if ids.dim() != 2 or ids.shape[1] < 2 or ids.is_floating_point():
+        return None, []
+    if pad is None:
+        for p in torch.unique(ids[:, -1]).tolist():
+            is_p = ids == p
+            after = is_p.int().cummax(1).values.bool()  # from the first p on
+            padded = (is_p.sum(1) >= 2) & ~is_p.all(1)
+            if not (after & ~is_p).any() and padded.any():
+                pad = int(p)
+                break
+    if pad is None:
+        return None, []
+    return pad, [int(i) for i in (ids == pad).all(1).nonzero().flatten()]
 
 
 MAX_BAD_IN_A_ROW = 100  # validate_data gives up (one clear line) after this many
@@ -295,8 +333,10 @@ def reinit(model: nn.Module, scheme: str = "default") -> list[str]:
 
     ``scheme``: "default" is each layer's own ``reset_parameters`` (PyTorch's fan-in
     scaled init), "normal" GPT-2's normal(0, 0.02) with zero biases; a Hugging Face model
-    (one with ``_init_weights``) uses its own scheme for "default". Norm layers are reset
-    to weight 1, bias 0. Returns what was re-initialised, in words.
+    (a ``transformers.PreTrainedModel``) uses its own ``_init_weights`` for "default".
+    Any other model's ``_init_weights`` (the nanoGPT / timm idiom) is the user's own
+    init, the one suspected of being bad, so it is not called. Norm layers are reset to
+    weight 1, bias 0. Returns what was re-initialised, in words.
 
     >>> net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
     >>> _ = nn.init.normal_(net[0].weight, std=100.0)
@@ -305,7 +345,8 @@ def reinit(model: nn.Module, scheme: str = "default") -> list[str]:
     """
     check_choice("scheme", scheme, ["default", "normal"])
     counts: dict[str, int] = {}
-    own = getattr(model, "_init_weights", None) if scheme == "default" else None
+    own = getattr(model, "_init_weights", None) \
+        if scheme == "default" and is_hf_model(model) else None
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, INIT_LAYERS):
@@ -325,6 +366,20 @@ def reinit(model: nn.Module, scheme: str = "default") -> list[str]:
                     nn.init.zeros_(m.bias)
     used = "Hugging Face's _init_weights" if callable(own) else scheme
     return [f"{n} {kind} layer{'s' if n > 1 else ''} ({used})" for kind, n in counts.items()]
+
+
+def is_hf_model(model: nn.Module) -> bool:
+    """A real ``transformers.PreTrainedModel``, checked without importing transformers
+    (a model of it can only exist once it is imported).
+
+    >>> class Mine(nn.Linear):
+    ...     def _init_weights(self, module): ...
+    >>> is_hf_model(Mine(2, 2))
+    False
+    """
+    hf = sys.modules.get("transformers")
+    base = getattr(hf, "PreTrainedModel", None) if hf is not None else None
+    return isinstance(base, type) and isinstance(model, base)
 
 
 def _reinit_foreign(trainer: Trainer) -> list[str]:

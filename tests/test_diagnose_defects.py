@@ -5,10 +5,21 @@ network whose node has no neighbours, an embedding with a padding index, a user'
 ``_init_weights``. None assumes the toy's names or sizes.
 """
 
-import numpy as np
+from types import SimpleNamespace
 
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nanlab.debug import diagnose
+from nanlab.debug.sop_checks import fan_in, init_and_eps
+from nanlab.debug.user_code import grad_growth
+from nanlab.faults.fixes import LabelRange, batch_problems, is_hf_model, reinit
 from nanlab.judge import failure_point, judge
+from nanlab.record import RunRecord
 from nanlab.signals import find_spikes
+from nanlab.train import TrainConfig, Trainer
 
 
 # -- 1. any loss scale and sign ----------------------------------------------------------
@@ -50,3 +61,151 @@ def test_a_slowly_falling_run_does_not_diverge():
     assert "learning too little" in v.reason
     back_up = np.r_[np.linspace(3.5, 1.0, 40), np.linspace(1.0, 1.4, 80)]
     assert judge(back_up).kind == "diverge"  # climbing back from its best still diverges
+
+
+# -- shared by the diagnose defects: small foreign models, built from a config ------------
+def _sensors(step, n=32):
+    g = torch.Generator().manual_seed(step)
+    x = 1.0 + torch.randn(n, 8, generator=g)
+    return x, x[:, :2].sum(1, keepdim=True)
+
+
+def _mse(model, batch):
+    x, y = batch
+    return F.mse_loss(model(x), y)
+
+
+class Ratio(nn.Module):
+    """A user's layer that averages the positive readings, with no floor on their count:
+    0 / 0 for a row with none ("div"), or x / 0 = -inf then -inf x 0 ("mul")."""
+
+    def __init__(self, mode="div"):
+        super().__init__()
+        self.lin, self.mode = nn.Linear(8, 16), mode
+
+    def forward(self, x):
+        pos = (x > 0).float()
+        count = pos.sum(1, keepdim=True)
+        if self.mode == "div":
+            mean = (x * pos).sum(1, keepdim=True) / count
+        else:
+            mean = x.sum(1, keepdim=True) / count * (count > 0).float()
+        return self.lin(x) * mean
+
+
+def ratio_net(config, at=30, mode="div"):
+    torch.manual_seed(config.seed)
+    model = nn.Sequential(Ratio(mode), nn.ReLU(), nn.Linear(16, 1))
+
+    def batches(step):
+        x, y = _sensors(step)
+        if step == at:
+            x[3] = -x[3].abs()  # legal data: a row with no positive reading
+        return x, y
+    return Trainer(config, model=model, batches=batches, loss_fn=_mse)
+
+
+def zero_times_inf(config):
+    return ratio_net(config, mode="mul")
+
+
+# -- 2. a one-step 0 x inf is not gradient growth -----------------------------------------
+def test_an_overflow_in_the_failing_step_is_not_growth():
+    rec = RunRecord()
+    for i, g in enumerate([0.05, 0.4, 0.1, 0.2, 0.3, 0.1, 0.2, float("inf")]):
+        rec.log_step({"step": i, "loss": 1.0, "grad_norm": g})
+    decades, _, peak = grad_growth(rec, 7)
+    assert decades < 1.0 and peak < 7
+
+
+def test_a_zero_by_inf_in_user_code_is_not_an_explosion():
+    config = TrainConfig(steps=60, lr=1e-3, progress=False, checkpoint_every=10)
+    trainer = zero_times_inf(config)
+    trainer.run()
+    d = diagnose(trainer, build=zero_times_inf)
+    assert d.symptom_step == 30 and d.cause != "deep_explosion", d.report()
+    assert "orders of magnitude from step" not in d.report(), d.report()
+    assert d.cause == "user_code" and d.detail == "0", d.report()
+
+
+# -- 3. padding rows and an embedding's fan-in ---------------------------------------------
+def test_a_row_of_padding_only_is_dirty_data():
+    src = torch.tensor([[5, 3, 0, 0], [7, 2, 4, 0], [0, 0, 0, 0]])
+    found = batch_problems({"src": src}, LabelRange(None, None, {"src": 8}))
+    assert found and "row(s) [2] hold only padding (id 0)" in found[0]
+    pad = torch.tensor([[5, 3, 1, 1], [1, 1, 1, 1]])  # an embedding's padding_idx 1
+    found = batch_problems({"ids": pad}, LabelRange(None, None, {"ids": 8}, {"ids": 1}))
+    assert found and "[1]" in found[0]
+    assert batch_problems({"ids": torch.tensor([[1, 2, 3], [4, 4, 4]])},
+                          LabelRange(None, None, {"ids": 8})) == []  # a repeated token
+
+
+def test_pytorch_default_embedding_init_is_not_bad_init():
+    for width in (10, 64, 512):
+        emb = nn.Embedding(100, width)  # N(0, 1): each row is looked up by one id
+        assert fan_in(emb, emb.weight) == 1
+        lin = nn.Linear(width, 4)
+        assert fan_in(lin, lin.weight) == width
+
+    def build(config):
+        torch.manual_seed(config.seed)
+        model = nn.Sequential(nn.Embedding(50, 64), nn.Flatten(), nn.Linear(64 * 4, 1))
+        return Trainer(config, model=model, batches=lambda s: (
+            torch.randint(0, 50, (16, 4), generator=torch.Generator().manual_seed(s)),
+            torch.zeros(16, 1)), loss_fn=_mse)
+    trainer = build(TrainConfig(steps=3, progress=False, checkpoint_every=1))
+    trainer.run()
+    kind, _, text = init_and_eps(SimpleNamespace(trainer=trainer, record=trainer.record))
+    assert kind != "bad_init", text
+
+
+# -- 4. reinit: only a real Hugging Face model's _init_weights ------------------------------
+def test_reinit_does_not_call_a_users_own_init_weights():
+    class NanoGPTLike(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 32)
+            self.apply(self._init_weights)
+
+        def _init_weights(self, module):  # the user's own (buggy) init
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=10.0)
+
+    model = NanoGPTLike()
+    done = reinit(model)
+    assert float(model.fc.weight.std()) < 1.0, done
+    assert "Hugging Face" not in " ".join(done)
+    assert not is_hf_model(model)
+
+
+# -- 5. no cause, no fix -----------------------------------------------------------------
+def test_a_report_without_a_cause_names_no_fix():
+    config = TrainConfig(steps=60, lr=1e-3, progress=False, checkpoint_every=0)
+    trainer = ratio_net(config)  # no checkpoint: locate cannot say where, nothing found
+    trainer.run()
+    d = diagnose(trainer, build=ratio_net)
+    assert d.cause is None and d.fix is None, d.report()
+    assert "root cause: not found" in d.report() and "fix:" not in d.report()
+    assert "orders of magnitude from step" not in d.report()  # 2.: the NaN is no growth
+
+
+# -- 6. a NaN made in the user's own code ------------------------------------------------
+def test_a_zero_by_zero_in_the_users_module_is_user_code():
+    config = TrainConfig(steps=60, lr=1e-3, progress=False, checkpoint_every=10)
+    trainer = ratio_net(config)
+    trainer.run()
+    d = diagnose(trainer, build=ratio_net)
+    assert (d.cause, d.detail, d.fix, d.fix_verified) == ("user_code", "0", None, False), \
+        d.report()
+    report = d.report()
+    assert "module 0 (Ratio)" in report and "aten.div" in report and "floor" in report
+    assert "floor on the divisor" in d.fix_evidence
+
+
+def test_an_lr_cut_that_delays_a_users_zero_by_zero_does_not_win():
+    config = TrainConfig(steps=60, lr=1e-3, progress=False, checkpoint_every=10)
+    trainer = ratio_net(config)
+    trainer.run()
+    d = diagnose(trainer, build=ratio_net)
+    lr = next(f for f in d.findings if f.step == "lr")
+    assert lr.verdict == "ruled out" and "only delay" in lr.text

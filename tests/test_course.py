@@ -60,7 +60,7 @@ def _lab(labs: Path) -> nbformat.NotebookNode:
 
 def test_build_then_check_is_clean(dirs):
     solutions, labs = dirs
-    assert course.build(solutions, labs) == [labs / "01_demo.ipynb"]
+    assert course.build(solutions, labs) == ([labs / "01_demo.ipynb"], [], [])
     assert course.check(solutions, labs) == []
     before = (labs / "01_demo.ipynb").read_bytes()
     course.build(solutions, labs)
@@ -104,6 +104,48 @@ def test_hand_edit_of_a_lab_is_reported(dirs):
     [problem] = course.check(solutions, labs)
     assert problem.startswith(f"stale: {labs / '01_demo.ipynb'}")
     assert "cell 3 (code) source differs" in problem
+
+
+def _edit_solution_and_lab(solutions: Path, labs: Path) -> None:
+    """The instructor changes the solution after the learner typed an answer into the lab."""
+    course.build(solutions, labs)
+    nb = _lab(labs)
+    nb.cells[3].source = "def f(x):\n    return x + 1  # my answer"
+    nbformat.write(nb, labs / "01_demo.ipynb")
+    sol = nbformat.read(solutions / "01_demo.ipynb", as_version=4)
+    sol.cells.append(nbformat.v4.new_markdown_cell("A new closing note."))
+    nbformat.write(sol, solutions / "01_demo.ipynb")
+
+
+def test_a_rebuild_keeps_a_lab_the_learner_edited(dirs, capsys):
+    solutions, labs = dirs
+    _edit_solution_and_lab(solutions, labs)
+    written, kept, backups = course.build(solutions, labs)
+    assert (written, kept, backups) == ([], [labs / "01_demo.ipynb"], [])
+    assert "# my answer" in _lab(labs).cells[3].source
+    args = argparse.Namespace(solutions=str(solutions), labs=str(labs), force=False)
+    assert course.build_command(args) == 1
+    out = capsys.readouterr().out
+    assert f"kept {labs / '01_demo.ipynb'}" in out and "--force" in out
+
+
+def test_a_forced_rebuild_saves_the_edited_lab_first(dirs):
+    solutions, labs = dirs
+    _edit_solution_and_lab(solutions, labs)
+    written, kept, backups = course.build(solutions, labs, force=True)
+    assert kept == [] and backups == [labs / "01_demo.ipynb.bak"]
+    assert "# my answer" in backups[0].read_text()
+    assert _lab(labs).cells[-1].source == "A new closing note."
+
+
+def test_running_the_cells_is_not_an_edit(dirs):
+    solutions, labs = dirs
+    course.build(solutions, labs)
+    nb = _lab(labs)
+    nb.cells[4].outputs = [nbformat.v4.new_output("stream", name="stdout", text="2\n")]
+    nbformat.write(nb, labs / "01_demo.ipynb")
+    assert not course.edited_by_learner(labs / "01_demo.ipynb")
+    assert course.build(solutions, labs)[1] == []
 
 
 def test_saved_outputs_in_a_lab_are_reported(dirs):

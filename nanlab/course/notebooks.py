@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import os
 import sys
 import tempfile
@@ -160,7 +161,41 @@ def make_lab(
     )
     install = nbformat.v4.new_code_cell(INSTALL_CHECK, id=INSTALL_ID)
     lab.cells = [banner, install, *cells]
+    lab.metadata["nanlab"] = {"cells_sha256": cells_digest(lab)}
     return lab
+
+
+def cells_digest(nb: nbformat.NotebookNode) -> str:
+    """A hash of the cells' sources: what a learner types changes it, running cells does not.
+
+    A built lab stores the digest it was built with, so a later build can tell a lab the
+    learner edited (its digest no longer matches) from one it may replace.
+
+    >>> nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    >>> a = cells_digest(nb); nb.cells[0].outputs = [nbformat.v4.new_output("stream", text="1")]
+    >>> cells_digest(nb) == a
+    True
+    """
+    text = "\0".join(f"{c.cell_type}:{c.source}" for c in nb.cells)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def edited_by_learner(path: Path) -> bool:
+    """Whether the lab at ``path`` holds edits made after the build that wrote it. A lab
+    without the build's digest (built before labs carried one, or not by nanlab) counts
+    as edited: when in doubt, a learner's work is kept.
+
+    >>> edited_by_learner(Path("no/such/lab.ipynb"))
+    False
+    """
+    if not path.is_file():
+        return False
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception:  # noqa: BLE001 - unreadable: never overwrite what we cannot read
+        return True
+    built = nb.metadata.get("nanlab", {}).get("cells_sha256")
+    return built != cells_digest(nb)
 
 
 def render(nb: nbformat.NotebookNode) -> str:
@@ -275,24 +310,36 @@ def expected_labs(solutions_dir: str | Path = "solutions") -> dict[str, str]:
     return out
 
 
-def build(solutions_dir: str | Path = "solutions", labs_dir: str | Path = "labs") -> list[Path]:
-    """Write every lab from its solution; returns the files written (unchanged ones too).
+def build(solutions_dir: str | Path = "solutions", labs_dir: str | Path = "labs",
+          force: bool = False) -> tuple[list[Path], list[Path], list[Path]]:
+    """Write every lab from its solution; returns (the files written or already right, the
+    labs kept because a learner edited them, the backups of edited labs replaced by force).
 
     Nothing is written unless every solution converts, so a bad marker leaves labs/ alone.
+    A lab edited since its build is kept as it is; with ``force`` it is replaced and the
+    edited copy saved beside it as ``NAME.ipynb.bak`` first.
 
     >>> build("solutions", "labs")  # doctest: +SKIP
-    [PosixPath('labs/01_numbers.ipynb')]
+    ([PosixPath('labs/01_numbers.ipynb')], [], [])
     """
     texts = expected_labs(solutions_dir)
     labs = Path(labs_dir)
     labs.mkdir(parents=True, exist_ok=True)
-    written = []
+    written, kept, backups = [], [], []
     for name, text in texts.items():
         target = labs / name
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
-            atomic_write(target, text)
+        if target.exists() and target.read_text(encoding="utf-8") == text:
+            written.append(target)
+            continue
+        if edited_by_learner(target):
+            if not force:
+                kept.append(target)
+                continue
+            backups.append(target.with_name(name + ".bak"))
+            atomic_write(backups[-1], target.read_bytes())
+        atomic_write(target, text)
         written.append(target)
-    return written
+    return written, kept, backups
 
 
 def check(solutions_dir: str | Path = "solutions", labs_dir: str | Path = "labs") -> list[str]:
@@ -416,6 +463,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         p = actions.add_parser(name, help=text)
         p.add_argument("--solutions", default="solutions", help="solution notebooks folder")
         p.add_argument("--labs", default="labs", help="generated lab notebooks folder")
+        if name == "build":
+            p.add_argument("--force", action="store_true",
+                           help="also replace labs you edited (each is saved as .bak first)")
         p.set_defaults(func=func)
     p = actions.add_parser("sync", help="bring solution pairs (.py <-> .ipynb) into step")
     p.add_argument("files", nargs="*", help="default: every pair in --solutions")
@@ -437,7 +487,8 @@ def build_command(args: argparse.Namespace) -> int:
     """
     try:
         before = {p.name: p.read_bytes() for p in Path(args.labs).glob("*.ipynb")}
-        written = build(args.solutions, args.labs)
+        written, kept, backups = build(args.solutions, args.labs,
+                                       force=getattr(args, "force", False))
         extra = [p for p in check(args.solutions, args.labs) if p.startswith("extra:")]
     except CourseError as err:
         print(f"error: {err}")
@@ -445,11 +496,16 @@ def build_command(args: argparse.Namespace) -> int:
     changed = [p for p in written if before.get(p.name) != p.read_bytes()]
     for p in changed:
         print(f"wrote {p}")
+    for p in backups:
+        print(f"saved your edited copy as {p}")
+    for p in kept:
+        print(f"kept {p}: it has edits made after its last build; rename it to keep your "
+              "work, or run `nanlab course build --force` (saves it as .bak, then replaces it)")
     for line in extra:
         print(line)
     print(f"built {len(written)} lab(s) from {args.solutions}/ into {args.labs}/; "
-          f"{len(changed)} changed")
-    return 0
+          f"{len(changed)} changed" + (f", {len(kept)} kept" if kept else ""))
+    return 1 if kept else 0
 
 
 def check_command(args: argparse.Namespace) -> int:

@@ -69,10 +69,10 @@ class Cell:
 
 def judge(run: FaultRun, clean_final: float, signature: str | None = None
           ) -> tuple[str, str]:
-    """Outcome and evidence of one run, against the clean run's final loss: the cell's
-    word for :func:`nanlab.judge.judge`'s verdict ("cured", "contained", "not cured").
-
-    ``signature`` (the fault's) is not needed any more: a spike or a stall fails any cell.
+    """Outcome and evidence of one run against the clean run's final loss. Not a second
+    judge: :func:`nanlab.judge.judge`'s verdict as (``.outcome``, ``.reason``), kept only
+    because Lab 03 imports it (``run_cell`` asks nanlab.judge itself); ``signature`` is
+    ignored.
 
     >>> run = run_fault("nan_input", steps=60)  # doctest: +SKIP
     >>> judge(run, clean_final=0.03)  # doctest: +SKIP
@@ -111,7 +111,8 @@ def run_cell(fault: str, fix: str | None, steps: int, seed: int, clean_final: fl
     if fix is not None and not fixes_mod.get_fix(fix).applies(fault_config(fault)):
         return Cell(fault, fix, "n/a", "the fix changes nothing in this run")
     run = _measure(fault, [fix] if fix else [], steps, seed)
-    outcome, evidence = judge(run, clean_final)
+    verdict = judge_run(run, clean=clean_final)
+    outcome, evidence = verdict.outcome, verdict.reason
     end = final_loss(run.record.losses())
     acted = sum(e["kind"] == "cure" for e in run.record.events)
     return Cell(fault, fix, outcome, evidence, run.first_bad_step,

@@ -11,17 +11,22 @@ The kinds, checked in this order (the first that fits is the verdict):
 - ``error``:     the run crashed (an illegal label, an assert);
 - ``nonfinite``: a non-finite loss or gradient reached the update (or the last
   ``STREAK`` steps were all non-finite, even if skipped: nothing is learning any more);
-- ``spike``:     a finite loss more than 3x its running median (:func:`find_spikes`),
-  after the first ``SPIKE_GRACE`` steps;
-- ``stall``:     the loss ended above 85 % of where it started (:func:`is_stalled`);
-- ``diverge``:   finite, but the final loss (mean of the last 10) is above the limit;
+- ``spike``:     a finite loss that jumps above its running median by twice the median's
+  height above the loss's floor and by 6 robust deviations (:func:`find_spikes`), after
+  the first ``SPIKE_GRACE`` steps;
+- ``stall``:     the loss ended above 85 % of the way from its floor to its start
+  (:func:`is_stalled`), or it is still falling but above the limit (learning too little);
+- ``diverge``:   finite, but climbing back: the final loss (mean of the last 10) rose
+  above its start or gave back learning, and is above the limit;
 - ``contained``: non-finite steps happened, every one skipped before it reached the
   weights, and the loss is fine otherwise (the symptom is handled, the cause is not);
 - ``healthy``:   none of the above.
 
 A finite run that ends 10 % above where it started, or gives back more than half of
 what it had learned (``RISE_FRACTION``), diverged; one that ends above 85 % of its start
-(``STALL_FRACTION``) stalled.
+(``STALL_FRACTION``) stalled. Heights are measured from the loss's floor
+(:func:`loss_floor`): 0, or the lowest loss of one that goes negative (a Gaussian NLL, a
+flow), so any scale and sign reads the same.
 
 How well it must have learned has three reference points, named in the verdict:
 

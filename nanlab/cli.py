@@ -23,7 +23,14 @@ import time
 from pathlib import Path
 
 from nanlab.cli_parse import SEED_MAX, parse_config, parse_fault_params, parse_value
-from nanlab.errors import TERMINATED_STATUS, NanlabError, Terminated, check_range, error_line
+from nanlab.errors import (
+    TERMINATED_STATUS,
+    NanlabError,
+    StorageError,
+    Terminated,
+    check_range,
+    error_line,
+)
 
 # -- exit codes: an interface, so the numbers never change ------------------------------------
 EXIT_CODE_OK: int = 0  # healthy; or every non-finite step was handled by the guard ("guarded")
@@ -32,12 +39,14 @@ EXIT_CODE_NONFINITE: int = 3  # a non-finite update reached the weights and noth
 EXIT_CODE_CRASHED: int = 4  # an exception inside training, recorded as an "error" event
 EXIT_CODE_GUARD_GAVE_UP: int = 5  # --guard recover ran out of rollbacks ("give_up" event)
 EXIT_CODE_GUARD_STOPPED: int = 6  # the guard's stop-loss ended the run on a bad step
+EXIT_CODE_STORAGE: int = 7  # the run folder could not be written (full disk, permission)
 EXIT_CODE_INTERRUPTED: int = 130  # Ctrl-C (128 + SIGINT, the shell's convention)
 EXIT_CODE_TERMINATED: int = TERMINATED_STATUS  # 143, SIGTERM (128 + 15): saved, resumable
 EXIT_CODES = {"healthy": EXIT_CODE_OK, "guarded": EXIT_CODE_OK,
               "bad_input": EXIT_CODE_BAD_INPUT, "nonfinite": EXIT_CODE_NONFINITE,
               "crashed": EXIT_CODE_CRASHED, "guard_gave_up": EXIT_CODE_GUARD_GAVE_UP,
-              "guard_stopped": EXIT_CODE_GUARD_STOPPED, "interrupted": EXIT_CODE_INTERRUPTED,
+              "guard_stopped": EXIT_CODE_GUARD_STOPPED, "storage": EXIT_CODE_STORAGE,
+              "interrupted": EXIT_CODE_INTERRUPTED,
               "terminated": EXIT_CODE_TERMINATED}
 EXIT_HELP = """Exit codes (the outcome is in --json too):
   0  healthy / guarded   finished; any non-finite step was skipped or rolled back
@@ -46,6 +55,9 @@ EXIT_HELP = """Exit codes (the outcome is in --json too):
   4  crashed             an exception inside training (an "error" event)
   5  guard_gave_up       --guard recover ran out of rollbacks (a "give_up" event)
   6  guard_stopped       the guard's stop-loss stopped the run on a bad step
+  7  storage             the run folder could not be written (no space left, no
+                         permission, not a regular file): not a training failure;
+                         fix the disk, then resume with --resume
   130 interrupted        Ctrl-C (a final checkpoint; resume with --resume)
   143 terminated         SIGTERM, e.g. from Slurm or Kubernetes (a final checkpoint after
                          the step in progress; resume with --resume)"""
@@ -140,9 +152,10 @@ def run_outcome(run) -> tuple[str, int, str]:
     """What a finished run's exit code is: ``(outcome, exit code, reason)``, read from its
     record (a :class:`nanlab.faults.FaultRun` or a :class:`nanlab.record.RunRecord`).
 
-    In order: crashed (4), guard gave up (5), guard stopped (6), non-finite (3, as
-    :func:`nanlab.judge.judge` says: an update reached the weights, or the last steps were
-    all non-finite), guarded (0: every non-finite step skipped or rolled back), healthy (0).
+    In order: the storage failed (7), crashed (4), guard gave up (5), guard stopped (6),
+    non-finite (3, as :func:`nanlab.judge.judge` says: an update reached the weights, or the
+    last steps were all non-finite), guarded (0: every non-finite step skipped or rolled
+    back), healthy (0).
 
     >>> from nanlab.record import RunRecord
     >>> rec = RunRecord()
@@ -159,6 +172,8 @@ def run_outcome(run) -> tuple[str, int, str]:
     events = record.events
     crash = next((e for e in events if e["kind"] == "error"), None)
     error = getattr(run, "error", None) or (crash or {}).get("error")
+    if (crash or {}).get("storage"):
+        return "storage", EXIT_CODE_STORAGE, f"stopped at step {crash.get('step')}: {error}"
     if error:
         step = getattr(run, "error_step", None)
         step = step if step is not None else (crash or {}).get("step")
@@ -236,7 +251,7 @@ def _print_summary(s: dict) -> None:
     print(f"final loss: {final} (step {s['final_step']})")
     bad = s["first_nonfinite_step"]
     print(f"first non-finite step: {bad if bad is not None else 'none'}")
-    if s["error"]:
+    if s["error"] and s["outcome"] != "storage":  # the outcome line names a storage failure
         print(f"crashed at step {s['error_step']}: {s['error']}")
     if s["guard"]:
         g, mode = s["guard"], s["guard_settings"] or {}
@@ -618,6 +633,9 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         print(f"nanlab: error: {message}", file=sys.stderr)
         return EXIT_CODE_BAD_INPUT
+    except StorageError as e:  # a full disk or a folder that cannot be written
+        print(f"nanlab: error: {e}", file=sys.stderr)
+        return EXIT_CODE_STORAGE
     except KeyboardInterrupt:
         print("nanlab: interrupted", file=sys.stderr)
         return EXIT_CODE_INTERRUPTED

@@ -39,6 +39,24 @@ class Terminated(SystemExit):
 TERMINATED_STATUS = 143  # 128 + SIGTERM (15)
 
 
+class StorageError(OSError):
+    """A file nanlab had to write or read could not be: the disk is full, the folder is
+    not writable, or the path is not a regular file inside the folder. Not a training
+    failure and not a bad value: the message says which, where, and what to do.
+
+    >>> err = StorageError("no space left on device", "runs/a/ckpt.pt", "free some space")
+    >>> err.reason, str(err)
+    ('no space left on device', 'runs/a/ckpt.pt: no space left on device; free some space')
+    """
+
+    def __init__(self, reason: str, path: object, todo: str):
+        super().__init__(f"{path}: {reason}; {todo}")
+        self.reason, self.path, self.todo = reason, str(path), todo
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 def check_choice(name: str, value, allowed: Iterable) -> None:
     """Raise unless ``value`` is one of ``allowed``.
 

@@ -54,8 +54,14 @@ from pathlib import Path
 
 import numpy as np
 
-from nanlab.atomic import atomic_write, remove_stray_temp_files
-from nanlab.errors import NanlabError
+from nanlab.atomic import (
+    atomic_write,
+    open_append,
+    read_capped,
+    remove_stray_temp_files,
+    storage_error,
+)
+from nanlab.errors import NanlabError, StorageError
 from nanlab.runlock import RunLock
 
 STREAMS = ("steps", "layers", "events")
@@ -187,7 +193,8 @@ class RunRecord:
         if self.pending:
             self.claim()  # refuses: rows are never written over an earlier run's
         if not self._files and self._mode is not None:
-            self._files = {s: open(self.directory / f"{s}.jsonl", self._mode) for s in STREAMS}
+            self._files = {s: open_append(self.directory / f"{s}.jsonl",
+                                          fresh=self._mode == "w") for s in STREAMS}
             self._mode = "a"  # reopened after close(): never truncate what was written
         return self._files
 
@@ -238,7 +245,9 @@ class RunRecord:
     def _append(self, stream: str, row: dict) -> None:
         getattr(self, stream).append(row)
         if self._open():
-            self._files[stream].write(json.dumps(row) + "\n")
+            path = self.directory / f"{stream}.jsonl"
+            with _named_storage_errors(path):
+                self._files[stream].write(json.dumps(row) + "\n")
 
     def log_step(self, row: dict) -> None:
         self._append("steps", row)
@@ -254,9 +263,10 @@ class RunRecord:
     def flush(self) -> None:
         """Flush the rows to the disk and fsync them: the trainer does before a checkpoint
         lands, so a crash never leaves a checkpoint whose earlier rows are lost."""
-        for f in self._open().values():
-            f.flush()
-            os.fsync(f.fileno())
+        for stream, f in self._open().items():
+            with _named_storage_errors(self.directory / f"{stream}.jsonl"):
+                f.flush()
+                os.fsync(f.fileno())
 
     def close(self) -> None:
         for f in self._files.values():
@@ -454,9 +464,24 @@ def read_manifest(directory: str | Path) -> dict:
     return manifest
 
 
+@contextmanager
+def _named_storage_errors(path: Path):
+    """A failed write of the record, named for what it is (a full disk, no permission)."""
+    try:
+        yield
+    except OSError as e:
+        raise storage_error(e, path) or e from None
+
+
+MANIFEST_CAP = 1 << 20  # bytes; nanlab's manifests are a few KB
+ROWS_CAP = 256 << 20  # bytes per JSON Lines file: about a million steps of rows
+
+
 def _text(path: Path) -> str:
     try:
-        data = path.read_bytes()
+        data = read_capped(path, MANIFEST_CAP if path.name == "manifest.json" else ROWS_CAP)
+    except StorageError as e:
+        raise NanlabError(str(e)) from None
     except OSError as e:
         raise NanlabError(f"{path}: cannot be read ({e.strerror or e})") from None
     try:

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nanlab.errors import NanlabError, check_range
+from nanlab.atomic import open_append, read_capped
+from nanlab.errors import NanlabError, StorageError, check_range
 from nanlab.faults import FAULTS, SOP_STEPS, get_fault, run_fault
 from nanlab.record import RunRecord, holds_run, read_manifest
 
@@ -65,6 +66,7 @@ SEAL_PREFIX = "sealed:v1:"
 MAX_ATTEMPTS = 3
 """Graded answers a learner gets per mystery folder; each is recorded in ``answers.jsonl``."""
 ANSWERS = "answers.jsonl"
+ANSWERS_CAP = 1 << 20  # three graded answers take far less; a bigger file is not ours
 
 
 def draw(seed: int, pool: Sequence[str] = POOL) -> str:
@@ -198,10 +200,14 @@ def attempts(run_dir: str | Path) -> list[dict]:
     [{'time': '...', 'answer': 'lr', 'verdict': 'right'}]
     """
     path = Path(run_dir) / ANSWERS
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return []
+    try:
+        text = read_capped(path, ANSWERS_CAP).decode("utf-8", errors="replace")
+    except StorageError as e:
+        raise NanlabError(str(e)) from None
     rows = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             row = json.loads(line)
         except ValueError:
@@ -214,8 +220,11 @@ def attempts(run_dir: str | Path) -> list[dict]:
 def _record_answer(run_dir: str | Path, answer: str, verdict: str) -> None:
     row = {"time": datetime.now(UTC).isoformat(timespec="seconds"),
            "answer": answer, "verdict": verdict}
-    with open(Path(run_dir) / ANSWERS, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    try:
+        with open_append(Path(run_dir) / ANSWERS) as f:
+            f.write(json.dumps(row) + "\n")
+    except OSError as e:  # a StorageError, or one torch / the OS named some other way
+        raise NanlabError(f"the answer cannot be recorded, so it is not graded: {e}") from None
 
 
 def run_hints(record: RunRecord, error: str | None = None,

@@ -1,0 +1,170 @@
+"""The disk's failures named for what they are, and run folders that cannot be turned
+against the machine: a full disk, no permission, a link out of the folder, a FIFO, a
+device. Each is one line (``StorageError``, or NanlabError for a reader), never a hang,
+a read without end, a file written outside the folder, or a training cause.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from nanlab import cli
+from nanlab.atomic import atomic_write, open_append, read_capped, storage_error
+from nanlab.errors import NanlabError, StorageError
+from nanlab.faults.mystery import grade, seal
+from nanlab.record import RunRecord
+from nanlab.train import TrainConfig, Trainer
+
+
+def quick(out: Path, **kw) -> TrainConfig:
+    return TrainConfig(**{"steps": 30, "checkpoint_every": 10, "record_every": 10,
+                          "progress": False, "out_dir": str(out), **kw})
+
+
+def rows(folder: Path, stream: str = "steps") -> list[dict]:
+    return [json.loads(line) for line in (folder / f"{stream}.jsonl").read_text().splitlines()]
+
+
+# -- a full disk -------------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MiB tmpfs (root on Linux); skipped where a test cannot mount one."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
+                          capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_full_disk_is_named_exit_7_and_the_run_resumes_once_there_is_room(small_disk,
+                                                                            capsys):
+    out = small_disk / "run"
+    code = cli.main(["run", "--out", str(out), "--steps", "30", "--checkpoint-every", "10"])
+    text = capsys.readouterr().out
+    assert code == cli.EXIT_CODE_STORAGE == 7
+    assert "no space left on device" in text and "outcome: storage" in text
+    assert "crashed" not in text and "Traceback" not in text
+    [error] = [e for e in rows(out, "events") if e["kind"] == "error"]
+    assert error["storage"] == "no space left on device"
+    assert [r["step"] for r in rows(out)] == list(range(error["step"]))  # every row kept
+    assert not [p for p in out.rglob("*.tmp")]  # the half-written checkpoint is gone
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    assert cli.main(["run", "--out", str(out), "--resume"]) == 0
+    assert [r["step"] for r in rows(out)] == list(range(30))
+
+
+def test_a_failed_torch_save_on_a_nearly_full_disk_is_no_space(tmp_path, monkeypatch):
+    """torch.save's C++ writer says only "unexpected pos"; the space left says why."""
+    def full_disk_save(obj, f, *a, **k):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    class NoRoom:
+        f_bavail, f_frsize = 0, 4096
+
+    monkeypatch.setattr(torch, "save", full_disk_save)
+    monkeypatch.setattr(os, "statvfs", lambda path: NoRoom())
+    trainer = Trainer(quick(tmp_path / "run"))
+    with pytest.raises(StorageError, match="no space left on device; free some space"):
+        trainer.run()
+    assert trainer.record.manifest["status"] == "storage"
+
+
+def test_the_errors_are_classified_by_number():
+    assert storage_error(OSError(errno.EDQUOT, "Disk quota exceeded"), "x").reason == \
+        "no space left on device"
+    assert "permission denied" in storage_error(PermissionError(errno.EACCES, "no"), "x").reason
+    assert "read-only" in storage_error(OSError(errno.EROFS, "ro"), "x").reason
+    wrapped = RuntimeError("writer failed")
+    wrapped.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    assert storage_error(wrapped, "x").reason == "no space left on device"
+    assert storage_error(KeyError("no"), "x") is None
+
+
+def test_a_folder_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    import tempfile
+
+    def refuse(*a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(StorageError, match="permission denied .*choose a folder this user"):
+        atomic_write(tmp_path / "manifest.json", "{}")
+
+
+# -- hostile folders ---------------------------------------------------------------------
+def test_a_run_never_writes_through_a_link_out_of_its_folder(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "steps.jsonl").symlink_to(outside / "x.txt")  # dangling: the run would create it
+    with pytest.raises(StorageError, match="steps.jsonl: is a symbolic link"):
+        Trainer(quick(run, steps=5, checkpoint_every=0)).run()
+    assert not (outside / "x.txt").exists()
+
+
+def test_a_fifo_in_a_run_folder_neither_blocks_a_run_nor_a_reader(tmp_path):
+    run = tmp_path / "run"
+    Trainer(quick(run, steps=5, checkpoint_every=0)).run()
+    (run / "steps.jsonl").unlink()
+    os.mkfifo(run / "steps.jsonl")
+    with pytest.raises(NanlabError, match="steps.jsonl: is not a regular file"):
+        RunRecord.load(run)
+    with pytest.raises(StorageError, match="not a regular file"):
+        open_append(run / "steps.jsonl")
+
+
+def test_a_link_to_an_endless_device_is_refused_not_read(tmp_path):
+    run = tmp_path / "run"
+    Trainer(quick(run, steps=5, checkpoint_every=0)).run()
+    (run / "events.jsonl").unlink()
+    (run / "events.jsonl").symlink_to("/dev/zero")
+    with pytest.raises(NanlabError, match="events.jsonl: is a symbolic link"):
+        RunRecord.load(run)
+
+
+def test_readers_cap_the_size_of_a_file(tmp_path):
+    path = tmp_path / "manifest.json"
+    path.write_text("{}" + " " * 100)
+    with pytest.raises(StorageError, match="over the cap of 10 bytes"):
+        read_capped(path, 10)
+
+
+def test_a_grade_never_appends_through_a_link(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps(
+        {"fault": {"sealed": seal({"name": "nan_input", "params": {}})}}))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (folder / "answers.jsonl").symlink_to(victim)
+    with pytest.raises(NanlabError, match="answers.jsonl: is a symbolic link"):
+        grade(folder, "lr")
+    assert victim.read_text() == "keep me\n"
+
+
+def test_a_grade_that_cannot_be_recorded_is_not_graded(tmp_path, monkeypatch):
+    import nanlab.faults.mystery as mystery
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps(
+        {"fault": {"sealed": seal({"name": "nan_input", "params": {}})}}))
+
+    def full(path, fresh=False):
+        raise StorageError("no space left on device", path, "free some space")
+    monkeypatch.setattr(mystery, "open_append", full)
+    with pytest.raises(NanlabError, match="cannot be recorded, so it is not graded"):
+        grade(folder, "lr")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -633,6 +634,9 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         print(f"nanlab: error: {message}", file=sys.stderr)
         return EXIT_CODE_BAD_INPUT
+    except BrokenPipeError:  # the reader went away (`nanlab faults --json | head -c 1`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 1
     except StorageError as e:  # a full disk or a folder that cannot be written
         print(f"nanlab: error: {e}", file=sys.stderr)
         return EXIT_CODE_STORAGE

@@ -18,6 +18,7 @@ softmax, logit soft-capping, positional encoding, activation, and a float featur
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 
 import torch
@@ -26,6 +27,8 @@ import torch.nn.functional as F
 
 from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.vocab_parallel import VocabParallelEmbedding, vocab_ranges
+
+MEMORY_SHARE = 0.5  # a model may take at most this share of the machine's memory
 
 
 @dataclass
@@ -84,6 +87,33 @@ class GPTConfig:
     # it does not own, as Megatron-LM does; an id past the vocabulary is then silent.
     vocab_partitions: int = 1
 
+    def training_bytes(self) -> int:
+        """About what training this model needs before any batch: fp32 weights, gradients
+        and Adam's two moments (16 bytes a parameter), plus each attention layer's causal
+        mask (one byte per position pair).
+
+        >>> GPTConfig().training_bytes() < 10 * 2**20
+        True
+        """
+        d, v, t = self.n_embd, self.vocab_size, self.block_size
+        params = 2 * v * d + t * d + self.n_layer * (12 * d * d + 13 * d)
+        return 16 * params + self.n_layer * t * t
+
+    def _check_fits_in_memory(self) -> None:
+        """Refuse, in one line, a shape that could not even be allocated here (a manifest
+        edited by hand, ``--config model.n_embd=16384``), before anything is allocated."""
+        try:
+            memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):  # no sysconf: nothing to compare with
+            return
+        need = self.training_bytes()
+        if need > MEMORY_SHARE * memory:
+            raise NanlabError(
+                f"GPTConfig(vocab_size={self.vocab_size}, block_size={self.block_size}, "
+                f"n_layer={self.n_layer}, n_embd={self.n_embd}) needs about {need / 2**30:.0f} "
+                f"GiB to train, more than this machine's {memory / 2**30:.0f} GiB allows; "
+                "allowed: a toy-sized model (the defaults need a few MiB)")
+
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             check_range(f"GPTConfig.{name}", getattr(self, name), 1, integer=True)
@@ -93,6 +123,7 @@ class GPTConfig:
                 f"GPTConfig.n_embd={self.n_embd} is not allowed; "
                 f"it must be a multiple of n_head={self.n_head}"
             )
+        self._check_fits_in_memory()
         check_choice("GPTConfig.norm_impl", self.norm_impl, ["torch", "manual"])
         check_range("GPTConfig.norm_eps", self.norm_eps, 0.0, 1.0)
         check_choice("GPTConfig.init", self.init, ["normal", "xavier", "kaiming"])

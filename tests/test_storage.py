@@ -168,3 +168,42 @@ def test_a_grade_that_cannot_be_recorded_is_not_graded(tmp_path, monkeypatch):
     monkeypatch.setattr(mystery, "open_append", full)
     with pytest.raises(NanlabError, match="cannot be recorded, so it is not graded"):
         grade(folder, "lr")
+
+
+# -- sizes -------------------------------------------------------------------------------
+@pytest.mark.parametrize("setting", ["model.n_embd=16384", "model.vocab_size=1000000000",
+                                     "model.block_size=1000000"])
+def test_a_model_past_the_machines_memory_is_refused_before_a_folder_is_made(
+        setting, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["run", "--out", str(out), "--config", setting]) == cli.EXIT_CODE_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "GiB to train, more than this machine's" in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_reader_that_goes_away_is_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """``nanlab faults --json | head -c 1``: the pipe closes under print."""
+    sink = open(tmp_path / "sink", "w")  # noqa: SIM115 - its fd is dup2-ed over
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            return sink.fileno()
+
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    assert cli.main(["faults", "--json"]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+    sink.close()
+
+
+def test_a_guard_attached_to_nothing_is_one_line():
+    from nanlab.guard import Guard
+
+    with pytest.raises(NanlabError, match="Guard.attach needs a nanlab Trainer; got NoneType"):
+        Guard("skip").attach(None)

@@ -482,6 +482,10 @@ class Guard(PlainLoop):
         >>> from nanlab.train import TrainConfig, Trainer
         >>> guard = Guard("skip").attach(Trainer(TrainConfig(steps=5, progress=False)))
         """
+        if not callable(getattr(trainer, "add_callback", None)):
+            raise NanlabError(f"Guard.attach needs a nanlab Trainer; got "
+                              f"{type(trainer).__name__}; allowed: a Trainer, or in your own "
+                              "loop guard.watch(model, optimizer) and guard.check(step, loss)")
         self._bind(trainer)
         for event, fn in self._callbacks():
             trainer.add_callback(event, fn)

@@ -22,7 +22,10 @@ tensor([1., 1.])
 from __future__ import annotations
 
 import io
+import os
 import re
+import stat
+import zipfile
 from pathlib import Path
 
 import torch
@@ -63,6 +66,7 @@ def safe_load(source: str | Path | bytes) -> dict:
     """
     name = "checkpoint" if isinstance(source, bytes) else str(source)
     f = io.BytesIO(source) if isinstance(source, bytes) else source
+    _refuse_unsafe_file(f, name)
     try:
         return torch.load(f, map_location="cpu", weights_only=True)
     except OSError as e:
@@ -75,6 +79,34 @@ def safe_load(source: str | Path | bytes) -> dict:
                 "tensors and plain Python values), so it is not loaded") from None
         raise NanlabError(f"{name}: not a readable checkpoint (empty, truncated or not "
                           f"written by torch.save: {type(e).__name__})") from None
+
+
+def _refuse_unsafe_file(f, name: str) -> None:
+    """Refuse, before torch reads it, what could hang or exhaust memory: a path that is not
+    a regular file (a FIFO, a device), or an archive with compressed entries (torch.save
+    stores them uncompressed, so a small file that inflates to gigabytes is not ours)."""
+    if not isinstance(f, io.BytesIO):
+        try:
+            regular = stat.S_ISREG(os.stat(f).st_mode)
+        except OSError as e:
+            raise NanlabError(f"{name}: cannot be read ({e.strerror or e})") from None
+        if not regular:
+            raise NanlabError(f"{name}: is not a regular file; a checkpoint is a file "
+                              "torch.save wrote")
+    try:
+        with zipfile.ZipFile(f) as archive:
+            packed = [i.filename for i in archive.infolist()
+                      if i.compress_type != zipfile.ZIP_STORED]
+    except (zipfile.BadZipFile, OSError, ValueError):
+        packed = []  # not an archive: torch.load says what it is
+    finally:
+        if isinstance(f, io.BytesIO):
+            f.seek(0)
+    if packed:
+        raise NanlabError(f"{name}: refused: {len(packed)} compressed entr"
+                          f"{'y' if len(packed) == 1 else 'ies'} ({packed[0]}); torch.save "
+                          "writes them uncompressed, and a compressed one can inflate "
+                          "without bound")
 
 
 def nonfinite_tensors(state, prefix: str = "") -> list[str]:

@@ -207,3 +207,23 @@ def test_a_guard_attached_to_nothing_is_one_line():
 
     with pytest.raises(NanlabError, match="Guard.attach needs a nanlab Trainer; got NoneType"):
         Guard("skip").attach(None)
+
+
+def test_a_compressed_checkpoint_is_refused_before_it_inflates(tmp_path):
+    import io
+    import zipfile
+
+    from nanlab.checkpoint import safe_load
+
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(1000)}, buf)
+    plain = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    with zipfile.ZipFile(tmp_path / "c.pt", "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for info in plain.infolist():
+            z.writestr(info.filename, plain.read(info.filename))
+    with pytest.raises(NanlabError, match="compressed entr.*torch.save writes them uncompressed"):
+        safe_load(tmp_path / "c.pt")
+    assert safe_load(buf.getvalue())["w"].shape == (1000,)  # what torch.save wrote loads
+    os.mkfifo(tmp_path / "f.pt")
+    with pytest.raises(NanlabError, match="f.pt: is not a regular file"):
+        safe_load(tmp_path / "f.pt")  # and does not hang

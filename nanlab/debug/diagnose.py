@@ -54,7 +54,7 @@ from pathlib import Path
 from nanlab import faults as faults_mod
 from nanlab.debug.checks import Case, Outcome, registered
 from nanlab.debug.runs import load_run
-from nanlab.debug.sop_checks import EXPLOSION_DECADES, LR_CUTS, health
+from nanlab.debug.sop_checks import EXPLOSION_DECADES, LR_CUTS, health, symptom_of
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
 from nanlab.faults.catalogue import cure_for
@@ -145,23 +145,6 @@ class Diagnosis:
         d.pop("location")
         d["evidence"], d["ruled_out"] = self.evidence, self.ruled_out
         return d
-
-
-# -- reading a run -----------------------------------------------------------------
-def symptom_of(run: faults_mod.FaultRun) -> tuple[str, int | None]:
-    """What the run shows: a crash, a non-finite step, a spike, a stall or a divergence
-    (:func:`nanlab.judge.judge` against its own start), and at which step.
-
-    >>> run = faults_mod.run_fault("nan_input", steps=60)  # doctest: +SKIP
-    >>> symptom_of(run)  # doctest: +SKIP
-    ('nonfinite', 40)
-    """
-    if not run.error and not len(run.record.losses()):
-        raise NanlabError("this run has no steps to diagnose")
-    verdict = judge(run)
-    if verdict.kind != "error" and verdict.first_nonfinite is not None:
-        return "nonfinite", verdict.first_nonfinite  # even if a guard skipped it
-    return verdict.kind, verdict.step if verdict.kind in ("error", "spike") else None
 
 
 class _Replayer:

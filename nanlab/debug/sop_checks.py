@@ -14,6 +14,7 @@ import torch.nn as nn
 from nanlab import faults as faults_mod
 from nanlab.debug.checks import Case, Outcome, register_check
 from nanlab.debug.user_code import grad_growth, user_op
+from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
 from nanlab.faults.catalogue import cure_for
 from nanlab.judge import judge
@@ -44,6 +45,22 @@ def health(run: faults_mod.FaultRun, baseline=None) -> tuple[bool, str]:
         return False, "the replay made no steps (nothing to judge)"
     verdict = judge(run, baseline=baseline)
     return verdict.healthy, verdict.reason
+
+
+def symptom_of(run: faults_mod.FaultRun) -> tuple[str, int | None]:
+    """What the run shows: a crash, a non-finite step, a spike, a stall or a divergence
+    (:func:`nanlab.judge.judge` against its own start), and at which step.
+
+    >>> run = faults_mod.run_fault("nan_input", steps=60)  # doctest: +SKIP
+    >>> symptom_of(run)  # doctest: +SKIP
+    ('nonfinite', 40)
+    """
+    if not run.error and not len(run.record.losses()):
+        raise NanlabError("this run has no steps to diagnose")
+    verdict = judge(run)
+    if verdict.kind != "error" and verdict.first_nonfinite is not None:
+        return "nonfinite", verdict.first_nonfinite  # even if a guard skipped it
+    return verdict.kind, verdict.step if verdict.kind in ("error", "spike") else None
 
 
 # -- 1. data -------------------------------------------------------------------------
@@ -91,8 +108,6 @@ def check_precision(case: Case) -> Outcome:
     fp32 = case.replay("amp_off")
     ok, why = health(fp32, case.run)
     if not ok:
-        from nanlab.debug.diagnose import symptom_of
-
         gone = "nonfinite" != symptom_of(fp32)[0] and case.symptom == "nonfinite"
         note = " - the NaN is gone but the run is still bad, so fp16 only made the " \
                "problem loud" if gone else ""

@@ -12,6 +12,8 @@ The library, the modules the labs import most at the top:
 - ``nanlab.config``      ``TrainConfig``: everything that decides a run, the reason beside each knob
 - ``nanlab.train``       a model-agnostic trainer with callbacks, AMP, checkpoints, exact replay
 - ``nanlab.objective``   the loss, the LR schedule and the global grad norm a step uses
+- ``nanlab.lr_lever``    one way to change the LR a run applies: a factor at the optimizer's
+  step, on whatever any scheduler set
 - ``nanlab.resume``      how a trainer saves, restores and restarts (and what a restart forgets)
 - ``nanlab.accum``       gradient accumulation: micro-batches weighted by their targets, one
   GradScaler step per optimizer step

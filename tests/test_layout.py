@@ -30,7 +30,7 @@ MAX_LINES = 650
 # ``nanlab`` itself (the front door, whose public names load lazily) is the top.
 ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("nanlab.errors", "nanlab.atomic", "nanlab.runlock", "nanlab.checkpoint",
-              "nanlab.batches", "nanlab.numerics")),
+              "nanlab.batches", "nanlab.numerics", "nanlab.lr_lever")),
     ("toy", ("nanlab.model", "nanlab.data", "nanlab.vocab_parallel", "nanlab.half_matmul",
              "nanlab.norms", "nanlab.cures")),
     ("runs", ("nanlab.record",)),

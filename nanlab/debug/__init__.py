@@ -3,6 +3,11 @@
 - ``trace``:    the hooks and aten-op tracer that number non-finite tensors in order
 - ``locate``:   the first module, pass and tensor that went non-finite, by exact replay
 - ``diagnose``: the SOP automated, each step a controlled replay, the fix proven
+- ``checks``:   the SOP's checks, registered in SOP order; diagnose asks each in turn
+- ``sop_checks``: the checks of the SOP's own steps (batch, precision, LR, grad norms,
+  init and eps)
+- ``user_code``: a NaN made in the user's own module or loss (a division, a log, a root of
+  finite inputs): the module, the op, what to clamp
 - ``runs``:     a saved run folder read back, ready to replay
 - ``probes``:   max attention logit, attention entropy, output log Z, update-to-weight ratio
 - ``grad_accum_checks``: the micro-batches and the GradScaler crash of an accumulating run,

@@ -227,3 +227,36 @@ def test_a_compressed_checkpoint_is_refused_before_it_inflates(tmp_path):
     os.mkfifo(tmp_path / "f.pt")
     with pytest.raises(NanlabError, match="f.pt: is not a regular file"):
         safe_load(tmp_path / "f.pt")  # and does not hang
+
+
+def test_diagnose_names_no_training_cause_for_a_run_stopped_by_its_disk(tmp_path, monkeypatch):
+    from nanlab.debug import diagnose
+
+    def full_disk_save(obj, f, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    run = tmp_path / "run"
+    trainer = Trainer(quick(run))
+    real_save = torch.save
+    calls = {"n": 0}
+
+    def second_fails(obj, f, *a, **k):  # the first checkpoint lands, the second does not
+        calls["n"] += 1
+        return (real_save if calls["n"] == 1 else full_disk_save)(obj, f, *a, **k)
+    monkeypatch.setattr(torch, "save", second_fails)
+    with pytest.raises(StorageError):
+        trainer.run()
+    monkeypatch.setattr(torch, "save", real_save)
+    with pytest.raises(NanlabError, match="on no space left on device, not on a training"):
+        diagnose(str(run))
+    assert cli.main(["diagnose", str(run)]) == cli.EXIT_CODE_BAD_INPUT
+
+
+def test_a_checkpoint_past_the_recorded_rows_bounds_nothing(tmp_path):
+    from nanlab.debug import load_run
+
+    run = tmp_path / "run"
+    Trainer(quick(run, steps=20)).run()
+    (run / "checkpoints" / "ckpt_999999999.pt").write_bytes(b"")
+    with pytest.raises(NanlabError, match="ckpt_999999999.pt: a checkpoint of step 999999999, "
+                                          "past the 20 recorded steps"):
+        load_run(run)

@@ -202,6 +202,20 @@ def _where(loc, symptom: str, run) -> Finding | None:
 
 
 # -- the procedure -------------------------------------------------------------------
+def _refuse_storage_failure(run) -> None:
+    """A run that stopped because its folder could not be written (a full disk, no
+    permission) has no training cause: any replay would "prove" some unrelated fix."""
+    record = run.record
+    event = next((e for e in record.events if e.get("kind") == "error" and e.get("storage")),
+                 None)
+    if event is None and record.manifest.get("status") != "storage":
+        return
+    reason = (event or {}).get("storage") or "a storage failure"
+    raise NanlabError(f"the run stopped at step {(event or {}).get('step', '?')} on {reason}, "
+                      "not on a training failure: there is no training cause to find; free "
+                      "space or fix the folder, then resume the run (nanlab run --resume)")
+
+
 def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     """Run the SOP on a bad run and return the root cause, the evidence and a proven fix.
 
@@ -214,6 +228,7 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     'tiny_eps'
     """
     run, build = _resolve(source, build)
+    _refuse_storage_failure(run)
     symptom, step = symptom_of(run)
     config = run.trainer.config
     if symptom == "healthy":  # a curve that learns; the loop's gradient may still be wrong

@@ -43,7 +43,12 @@ def load_run(directory: str | Path) -> faults_mod.FaultRun:
             raise NanlabError(f"{directory / 'steps.jsonl'}: line {i + 1} is step {r['step']} "
                               f"after only {i} rows (rows missing or edited); {FOREIGN}")
     checkpoints = CheckpointStore(directory / "checkpoints")
-    limit = max([len(rows), *checkpoints.steps()]) + REPLAY_MARGIN
+    past = [s for s in checkpoints.steps() if s > len(rows)]
+    if past:  # a checkpoint lands after the rows before it: none can be past the rows
+        raise NanlabError(f"{checkpoints.path(past[-1])}: a checkpoint of step {past[-1]}, past "
+                          f"the {len(rows)} recorded steps (rows lost or a file added); "
+                          f"{FOREIGN}")
+    limit = len(rows) + REPLAY_MARGIN  # the rows, never a file name, bound a replay
     try:
         config = TrainConfig.from_dict(dict(manifest["config"]))
         if config.steps > limit:  # a manifest alone never sets how long a replay runs

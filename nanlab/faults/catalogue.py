@@ -86,7 +86,11 @@ class Fault:
     ``conditions(p)`` returns the TrainConfig changes the built-in run needs (e.g. fp16,
     a deep stack); ``install(injection, p)`` sets up the fault itself through the
     injection's levers; ``foreign(injection, p)`` does on someone else's model what the
-    conditions do on the toy one (or is None when that makes no sense).
+    conditions do on the toy one, or is None when that makes no sense, and ``refusal``
+    then says why in one line. ``check(injection, p)`` runs first in :func:`inject`,
+    before any change: it refuses, in one line, a model or batch that lacks what the
+    fault needs, so an instructor learns it before training, not at the fault's step.
+    The built-in run calls neither ``check`` nor ``foreign``.
 
     >>> fault = get_fault("tiny_eps")
     >>> fault.family, fault.reveals, fault.cure, fault.signature
@@ -110,6 +114,8 @@ class Fault:
     conditions: Callable[[dict], dict] = lambda p: {}
     install: Callable[[Injection, dict], None] = lambda inj, p: None
     foreign: Callable[[Injection, dict], None] | None = None
+    refusal: str = ""  # why ``foreign`` is None: what the user must build instead
+    check: Callable[[Injection, dict], None] = lambda inj, p: None
 
     def resolve(self, **params) -> dict:
         """Defaults filled in and every value checked; unknown names are an error."""
@@ -189,3 +195,9 @@ def cure_for(family: str, detail: str | None = None) -> str | None:
 
 
 AT_STEP = Param(40, 0, 100_000, help="the step (batch index) at which the bad batch arrives")
+
+
+def needs_batch(want_float: bool):
+    """A ``check`` for a data fault: the batch of its step holds the tensor it edits (a
+    float input for a NaN, integer labels for a label fault); read once, at inject time."""
+    return lambda inj, p: inj.check_batch(p["at_step"], want_float)

@@ -1,7 +1,10 @@
 """The dirty-data family: a bad batch (a NaN reading, a label out of range, every target
 masked, a constant column standardised by its std of 0) and the arithmetic it sets off.
 
-SOP step 1 (check the batch) reveals every one; the cure is ``validate_data``.
+SOP step 1 (check the batch) reveals every one; the cure is ``validate_data``. On a run
+nanlab did not make, each reads the batch of its step once at inject time (sources are
+pure functions of the step) and refuses there a batch with nothing to corrupt: integer
+ids where a NaN must go, no integer labels.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import torch
 
 from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError
-from nanlab.faults.catalogue import AT_STEP, Fault, Param, register
+from nanlab.faults.catalogue import AT_STEP, Fault, Param, needs_batch, register
 
 if TYPE_CHECKING:
     from nanlab.faults.levers import Injection
@@ -39,7 +42,7 @@ register(Fault(
     reveals="data", cure="validate_data", signature="nonfinite",
     params={"at_step": AT_STEP, "value": Param("nan", choices=("nan", "inf", "-inf"))},
     install=lambda inj, p: inj.edit_inputs(p["at_step"], _poison_inputs(p["value"])),
-    foreign=lambda inj, p: None,
+    foreign=lambda inj, p: None, check=needs_batch(want_float=True),
 ))
 
 
@@ -62,7 +65,7 @@ register(Fault(
     params={"at_step": AT_STEP, "label": Param(-1, -10**9, 10**9,
                                                 help="the bad label (not -100)")},
     install=lambda inj, p: inj.edit_labels(p["at_step"], _illegal(p["label"])),
-    foreign=lambda inj, p: None,
+    foreign=lambda inj, p: None, check=needs_batch(want_float=False),
 ))
 
 
@@ -79,22 +82,26 @@ register(Fault(
     reveals="data", cure="validate_data", signature="nonfinite",
     params={"at_step": AT_STEP},
     install=lambda inj, p: inj.edit_labels(p["at_step"], _mask_all),
-    foreign=lambda inj, p: None,
+    foreign=lambda inj, p: None, check=needs_batch(want_float=False),
 ))
 
 
+def _needs_raw_hooks(inj: Injection, p: dict) -> None:
+    if getattr(inj.source, "raw_hooks", None) is None:
+        raise NanlabError("zero_std: the batch source must standardise each batch itself and "
+                          "expose raw_hooks (like nanlab.data.CountingTask); a batch that "
+                          "arrives standardised has no std left to be 0: standardise a "
+                          "constant column by its batch std in your own pipeline to see it")
+
+
 def _stuck_sensor(inj: Injection, p: dict) -> None:
-    source = inj.source
-    hooks = getattr(source, "raw_hooks", None)
-    if hooks is None:
-        raise NanlabError("zero_std needs a batch source that standardises inside, with "
-                          "raw_hooks (like nanlab.data.CountingTask)")
+    _needs_raw_hooks(inj, p)
 
     def hook(step, raw):
         if step == p["at_step"]:
             raw.raw_features = torch.full_like(raw.raw_features, p["value"])  # stuck reading
         return raw
-    hooks.append(hook)
+    inj.source.raw_hooks.append(hook)
 
 
 register(Fault(
@@ -104,5 +111,5 @@ register(Fault(
     needs="per-batch standardisation without a floor on the std",
     reveals="data", cure="validate_data", signature="nonfinite",
     params={"at_step": AT_STEP, "value": Param(7.0, -1e6, 1e6, help="the stuck reading")},
-    install=_stuck_sensor,
+    install=_stuck_sensor, foreign=lambda inj, p: None, check=_needs_raw_hooks,
 ))

@@ -4,7 +4,9 @@ weights, the norms. :class:`Injection` holds them; :func:`nanlab.faults.inject` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import warnings
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -20,8 +22,9 @@ from nanlab.norms import norm_modules
 # ---------------------------------------------------------------------------------------
 def _find(batch: Any, key: str | int | None, want_float: bool):
     """The (path, tensor) in a batch: a named field, a dict key, a tuple index, or by
-    default the first float tensor (inputs) or the last integer tensor (labels) of the
-    batch's own items, else of the tensors nested deeper (nanlab.batches walks them)."""
+    default the first float tensor (inputs) or the last integer tensor (labels; a bool
+    mask is not one) of the batch's own items, else of the tensors nested deeper
+    (nanlab.batches walks them)."""
     if key is not None:
         tensor = tensor_at(batch, (key,))
         if want_float and not tensor.is_floating_point():
@@ -29,17 +32,27 @@ def _find(batch: Any, key: str | int | None, want_float: bool):
                               f"input; inputs={key!r} is a {tensor.dtype} tensor (integer "
                               "ids cannot hold NaN): name a float tensor, such as the "
                               "features or inputs_embeds")
+        if not want_float and not _is_int(tensor):
+            raise NanlabError(f"this fault edits integer class labels; labels={key!r} is a "
+                              f"{tensor.dtype} tensor: name the integer targets")
         return (key,), tensor
     every = list(tensor_paths(batch))
     for pool in ([(p, t) for p, t in every if len(p) <= 1], every):
         floats = [(p, t) for p, t in pool if t.is_floating_point()]
-        ints = [(p, t) for p, t in pool if not t.is_floating_point()]
+        ints = [(p, t) for p, t in pool if _is_int(t)]
         found = floats[:1] if want_float else ints[-1:]
         if found:
             return found[0]
-    kind = "floating-point input" if want_float else "integer label"
-    raise NanlabError(f"this fault needs a batch with a {kind} tensor; got "
-                      f"{type(batch).__name__}; name it with inputs=/labels=")
+    kind = "a floating-point input" if want_float else "an integer label"
+    held = ", ".join(sorted({str(t.dtype).removeprefix("torch.") for _, t in every})) or "none"
+    why = "; integer ids cannot hold NaN" if want_float and every else ""
+    raise NanlabError(f"this fault needs a batch with {kind} tensor; got "
+                      f"{type(batch).__name__}; name it with "
+                      f"{'inputs=' if want_float else 'labels='} (its tensors: {held}{why})")
+
+
+def _is_int(t: torch.Tensor) -> bool:
+    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
 
 
 class Injection:
@@ -66,7 +79,10 @@ class Injection:
         self.inputs, self.labels = inputs, labels
         self.batch_faults: list[tuple[int, Callable[[Any], Any]]] = []
         self.step_hooks: list[Callable[[int], None]] = []
+        self.batch_maps: list[Callable[[Any], Any]] = []
+        self.handles: list = []  # the module hooks a fault added; remove() takes them out
         self.notes: list[str] = []
+        self.fault = "this fault"  # inject() names it, for messages
 
     def batches(self, step: int) -> Any:
         self.before_step(step)
@@ -77,6 +93,8 @@ class Injection:
             hook(step)
 
     def corrupt(self, step: int, batch: Any) -> Any:
+        for fn in self.batch_maps:
+            batch = fn(batch)
         for at, fn in self.batch_faults:
             if step == at:
                 batch = fn(batch)
@@ -121,7 +139,7 @@ class Injection:
         self.set_lr_factor(lr / self.optimizer.param_groups[0]["lr"])
 
     def scale_weights(self, factor: float) -> int:
-        """Multiply every Linear / Embedding / Conv weight by ``factor`` (a bad init)."""
+        """Multiply every Linear / Embedding / Conv weight by ``factor``."""
         self._need("model", self.model)
         n = 0
         with torch.no_grad():
@@ -130,6 +148,27 @@ class Injection:
                     m.weight.mul_(factor)
                     n += 1
         return n
+
+    def set_gain(self, gain: float, only: tuple[type, ...] | None = None) -> int:
+        """Rescale every matmul weight so that its std x sqrt(fan_in) is ``gain``: each
+        layer then multiplies its input's scale by about ``gain``, whatever the model's
+        own init was (an embedding's fan-in is 1: its std becomes ``gain``). A rescale,
+        not a redraw: the pattern and the RNG stay the user's; a weight that is all one
+        value (a zero init) is drawn from N(0, 1) with a fixed seed first. ``only``: the
+        layer types to touch (those a cure can re-initialise)."""
+        self._need("model", self.model)
+        weights = [(w, fan_in) for m, w, fan_in in matmul_weights(self.model)
+                   if only is None or isinstance(m, only)]
+        if not weights:
+            raise NanlabError(f"{self.fault}: this model has no Linear, Conv, Embedding or "
+                              "attention projection weight to give a large init")
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for w, fan_in in weights:
+                if float(w.std()) == 0.0:
+                    w.copy_(torch.randn(w.shape, generator=g))
+                w.mul_(gain / (float(w.std()) * math.sqrt(fan_in)))
+        return len(weights)
 
     def set_norm_eps(self, eps: float) -> int:
         """Set the eps of every normalisation module, whatever its field is called
@@ -140,9 +179,111 @@ class Injection:
             setattr(m, attr, eps)
             n += 1
         if n == 0:
-            raise NanlabError("this model has no normalisation module with an eps to change")
+            raise NanlabError(f"{self.fault}: this model has no normalisation module (a "
+                              "LayerNorm, RMSNorm, GroupNorm, BatchNorm or a *Norm* class with "
+                              "an eps field); eps has nothing to act on")
         return n
+
+    # -- looking before the run ------------------------------------------------------
+    def preview(self, step: int) -> Any:
+        """The clean batch of ``step``, read once before training so a fault can refuse a
+        batch of the wrong kind now, not mid-run. A batch source is a pure function of
+        the step (nanlab's contract: a replay reads the same batch), so this read changes
+        nothing the run will see."""
+        self._need("batches", self.source)
+        try:
+            return self.source(step)
+        except NanlabError:
+            raise
+        except Exception as err:  # the user's source: any error it raises, said in a line
+            raise NanlabError(f"{self.fault}: batches({step}) raised {type(err).__name__}: "
+                              f"{err}; the fault strikes at step {step}: choose a step your "
+                              "source has") from None
+
+    def check_batch(self, step: int, want_float: bool) -> None:
+        """Refuse now a batch without the tensor the fault edits at ``step``."""
+        batch = self.preview(step)
+        try:
+            _find(batch, self.inputs if want_float else self.labels, want_float)
+        except (NanlabError, KeyError, IndexError, AttributeError) as err:
+            msg = err.args[0] if isinstance(err, NanlabError) else f"no field {err}"
+            raise NanlabError(f"{self.fault}: the batch of step {step}: {msg}") from None
+
+    def map_batches(self, fn: Callable[[Any], Any]) -> None:
+        """Apply ``fn`` to every batch (a pure-fp16 run's inputs cast to fp16)."""
+        self._need("batches", self.source)
+        self.batch_maps.append(fn)
+
+    # -- hooks on the model, and a warning when the fault's condition never shows ---------
+    def hook(self, handle) -> None:
+        self.handles.append(handle)
+
+    def remove(self) -> None:
+        """Take out every module hook the fault added (the weights it changed stay)."""
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+    def watch(self, warning: Callable[[], str], steps: int, modules: Iterable[nn.Module] = (),
+              seen: Callable[[nn.Module, tuple], bool] | None = None) -> Watch:
+        """Warn once when the fault's firing condition has not shown by the model's
+        ``steps``-th forward pass: absent from this model or its batches, the run would
+        go on clean without saying so. The condition shows when ``seen(module, inputs)``
+        is true in a forward pre-hook on ``modules``, or when a fault's own hook calls
+        ``.saw()`` on the returned watch. Its hooks go once it has decided."""
+        self._need("model", self.model)
+        w = Watch()
+
+        def look(module, args):
+            if w.active and seen(module, args):
+                w.saw()
+
+        def count(module, args, output):
+            w.calls += 1
+            if w.active and w.calls >= steps:
+                w.saw()
+                warnings.warn(warning(), RuntimeWarning, stacklevel=2)
+        if seen is not None:
+            w.handles += [m.register_forward_pre_hook(look) for m in modules]
+        w.handles.append(self.model.register_forward_hook(count))
+        self.handles += w.handles
+        return w
 
     def _need(self, what: str, value) -> None:
         if value is None:
             raise NanlabError(f"this fault needs {what}=...; pass it to inject()")
+
+
+class Watch:
+    """A fault's firing condition, looked for in the first forward passes
+    (:meth:`Injection.watch`)."""
+
+    def __init__(self):
+        self.active, self.calls, self.handles = True, 0, []
+
+    def saw(self) -> None:
+        """The condition showed (or the watch is over): stop looking."""
+        self.active = False
+        for h in self.handles:
+            h.remove()
+
+
+def matmul_weights(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor, int]]:
+    """(module, weight, fan_in) of every matmul weight: Linear, Conv (torch's own fan-in), an
+    Embedding (fan-in 1: one row is read, not a sum), nn.MultiheadAttention's packed or
+    separate input projections, Hugging Face's Conv1D (its weight is (in, out))."""
+    found = []
+    for m in model.modules():
+        if isinstance(m, nn.Embedding):
+            found.append((m, m.weight, 1))
+        elif isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)):
+            found.append((m, m.weight, nn.init._calculate_fan_in_and_fan_out(m.weight)[0]))
+        elif isinstance(m, nn.MultiheadAttention):
+            for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                w = getattr(m, name, None)
+                if w is not None:
+                    found.append((m, w, w.shape[1]))
+        elif type(m).__name__ == "Conv1D" and getattr(m, "weight", None) is not None \
+                and m.weight.dim() == 2:
+            found.append((m, m.weight, m.weight.shape[0]))
+    return found

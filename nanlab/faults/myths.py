@@ -1,5 +1,6 @@
 """Myth checks: failures people blame for NaN that only stall a run (dead ReLUs, a deep
-chain of sigmoids). Nothing overflows; the loss stops falling.
+chain of sigmoids). Nothing overflows; the loss stops falling. Both are architectures,
+so on a model nanlab did not make they are refused with what to build instead.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ register(Fault(
     params={"bias": Param(-10.0, -1e3, 0.0)},
     conditions=lambda p: {"model": {"activation": "relu", "mlp_bias_init": p["bias"],
                                     "residual": False}},
+    refusal="dead ReLUs are a property of the architecture: ReLUs behind layers whose bias "
+            "is -10, with no residual path around them, and nanlab cannot tell which layer "
+            "feeds which ReLU in your model: set those biases yourself "
+            "(nn.init.constant_(layer.bias, -10)) to see the stall",
 ))
 
 register(Fault(
@@ -30,4 +35,7 @@ register(Fault(
     conditions=lambda p: {"model": {"activation": "sigmoid", "n_layer": p["n_layer"],
                                     "residual": False, "use_norms": False,
                                     "init": "xavier"}},
+    refusal="a deep chain of sigmoids without residual connections or norms is an "
+            "architecture, and nanlab does not rebuild your model: build the stack so "
+            "(sigmoid activations, no residual, no norms) to see the stall",
 ))

@@ -2,12 +2,116 @@
 arithmetic that a wider type would survive: an exp or a position past the range, Adam's
 eps below it.
 
-SOP step 2 (turn mixed precision off, try bf16) reveals them.
+SOP step 2 (turn mixed precision off, try bf16) reveals them. On a model nanlab did not
+make, ``fp16_overflow`` runs it the way CUDA fp16 autocast does (its matmul layers in
+fp16) and ``adam_eps_fp16`` makes it a pure-fp16 run; the two hand-written variants
+(a softmax, a sinusoidal position) live in the model's own code and are refused.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+
+from nanlab.batches import map_tensors
+from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import Fault, Param, register
+
+if TYPE_CHECKING:
+    from nanlab.faults.levers import Injection
+
+FP16_MAX = 65504.0
+WATCH_STEPS = 20  # forward passes in which a foreign run's trigger must show, else a warning
+
+# CUDA fp16 autocast runs these layers' ops in fp16: "CUDA Ops that can autocast to
+# float16" (linear, conv1d/2d/3d, conv_transpose*, prelu, GRUCell, LSTMCell, RNNCell,
+# matmul, mm, bmm, addmm...) in PyTorch's "Automatic Mixed Precision package - torch.amp",
+# Autocast Op Reference, https://pytorch.org/docs/stable/amp.html. Exp, softmax, the norms
+# and the losses are on its float32 list, so they stay in fp32 here too.
+AUTOCAST_FP16 = (nn.Linear, nn.modules.conv._ConvNd, nn.MultiheadAttention, nn.RNNCellBase,
+                 nn.PReLU)
+
+
+def autocast_layers(model: nn.Module) -> list[nn.Module]:
+    """The modules CUDA fp16 autocast would run in fp16, Hugging Face's Conv1D (addmm) too.
+
+    >>> len(autocast_layers(nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2), nn.Conv1d(2, 2, 1))))
+    2
+    """
+    return [m for m in model.modules()
+            if isinstance(m, AUTOCAST_FP16) or type(m).__name__ == "Conv1D"]
+
+
+def to_fp16(x):
+    """``x`` rounded to fp16 and back to its dtype (tuples walked): a value past 65504 is
+    inf, as autocast's fp16 cast of an input or its fp16 result would make it.
+
+    >>> to_fp16(torch.tensor([1e5, 1.0 + 2**-12]))
+    tensor([inf, 1.])
+    """
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float16:
+        return x.to(torch.float16).to(x.dtype)
+    if isinstance(x, tuple):
+        return tuple(to_fp16(v) for v in x)
+    return x
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        return [x] if x.is_floating_point() else []
+    return [t for v in x for t in _tensors(v)] if isinstance(x, tuple) else []
+
+
+def _fp16_autocast(inj: Injection, p: dict) -> None:
+    """Forward hooks that do to every autocast-fp16 layer what CUDA fp16 autocast does:
+    its float inputs cast to fp16 (positional ones; masks passed by keyword are left as
+    they are), its product accumulated in fp32 and rounded to fp16 once (cublasGemmEx
+    with an fp32 compute type: see nanlab.half_matmul). So a value past 65504 becomes
+    inf in the run's arithmetic and flows on. The weights keep fp32 (their fp16 rounding
+    changes low bits, never the range), the gradient through each rounding is rounded to
+    fp16 as autocast's backward would make it, and there is no GradScaler: a GradScaler
+    would skip those steps, the forward's inf is the same. Values inside
+    nn.MultiheadAttention between its projections are not rounded (its q @ k runs fused)."""
+    layers = autocast_layers(inj.model)
+    largest = [0.0]
+
+    def warning() -> str:
+        return (f"fp16_overflow: no input or output of a layer fp16 autocast runs in fp16 "
+                f"passed 65504 in the first {WATCH_STEPS} forward passes (largest "
+                f"|value| {largest[0]:.4g}); fp16 overflows only where values grow past "
+                "its range (inputs or targets in raw units, a large init, a growing "
+                "residual stream)")
+    watch = inj.watch(warning, WATCH_STEPS)
+
+    def look(x) -> None:
+        if watch.active:
+            for t in _tensors(x):
+                big = float(t.detach().abs().nan_to_num(0.0, 0.0, 0.0).max()) if t.numel() else 0.0
+                largest[0] = max(largest[0], big)
+                if big > FP16_MAX:
+                    watch.saw()
+
+    def inputs(module, args):
+        look(args)
+        return to_fp16(args)
+
+    def output(module, args, out):
+        look(out)
+        return to_fp16(out)
+    for m in layers:
+        inj.hook(m.register_forward_pre_hook(inputs))
+        inj.hook(m.register_forward_hook(output))
+
+
+def _has_autocast_layers(inj: Injection, p: dict) -> None:
+    inj._need("model", inj.model)
+    if not autocast_layers(inj.model):
+        raise NanlabError("fp16_overflow: this model has no layer that fp16 autocast runs "
+                          "in fp16 (Linear, Conv, MultiheadAttention, an RNN cell, PReLU); "
+                          "nothing of it would be computed in fp16")
+
 
 register(Fault(
     name="fp16_overflow", family="fp16_overflow",
@@ -17,13 +121,19 @@ register(Fault(
               "any device, and without subtracting the max; once the model grows confident "
               "and the softmax denominator sum(exp(logits)) passes 65504 (log-sum-exp past "
               "11.09), it is inf: the loss is -log(x / inf) = inf and the backward pass makes "
-              "NaN. In fp32 and bf16 (max 3.4e38) exp only overflows past 88.7",
+              "NaN. In fp32 and bf16 (max 3.4e38) exp only overflows past 88.7. On your "
+              "model: its Linear / Conv / attention layers run as CUDA fp16 autocast runs "
+              "them (inputs cast to fp16, fp32 accumulate, one rounding to fp16), so any "
+              "input or activation past 65504 becomes inf and flows on",
     needs="fp16 autocast and a loss written by hand and kept out of autocast (as custom "
           "label-smoothing or distillation losses often are) without logits.float(); it "
           "strikes late, when the model has learned. Inside autocast the same loss would "
-          "fire on the CPU only: CUDA autocast runs exp and sum in fp32, CPU autocast in fp16",
+          "fire on the CPU only: CUDA autocast runs exp and sum in fp32, CPU autocast in "
+          "fp16. On your model: values past 65504 (raw units, a large init); it warns "
+          "when none shows",
     reveals="amp", cure="bf16", signature="nonfinite",
     conditions=lambda p: {"precision": "fp16", "loss_impl": "naive"},
+    foreign=_fp16_autocast, check=_has_autocast_layers,
 ))
 
 register(Fault(
@@ -39,6 +149,10 @@ register(Fault(
     reveals="amp", cure="stable_softmax", signature="nonfinite",
     params={"lr": Param(0.01, 1e-6, 10.0)},
     conditions=lambda p: {"precision": "fp16", "lr": p["lr"], "model": {"softmax": "naive"}},
+    refusal="it is a softmax written by hand, exp(x) / exp(x).sum() on fp16 scores, in the "
+            "model's own code, and nanlab does not rewrite your model (torch's softmax and "
+            "scaled_dot_product_attention subtract the max first): write that softmax into "
+            "your attention to see it, or inject fp16_overflow for fp16's range on any model",
 ))
 
 register(Fault(
@@ -54,7 +168,35 @@ register(Fault(
     params={"offset": Param(70_000, 0, 10**9)},
     conditions=lambda p: {"precision": "fp16-pure",
                           "model": {"pos_encoding": "sinusoidal", "pos_offset": p["offset"]}},
+    refusal="it needs a sinusoidal position encoding computed in fp16 from absolute position "
+            "ids, in the model's own code, and nanlab cannot add one to your model: feed "
+            "positions past 65504 to such an encoding in a model.half() run to see it",
 ))
+
+
+def _needs_eps(inj: Injection, p: dict) -> None:
+    inj._need("model", inj.model)
+    inj._need("optimizer", inj.optimizer)
+    if any("eps" not in g for g in inj.optimizer.param_groups):
+        raise NanlabError(f"adam_eps_fp16: {type(inj.optimizer).__name__} has no eps; the "
+                          "fault is an optimizer eps (Adam, AdamW, RMSprop, Adagrad) below "
+                          "fp16's smallest subnormal: pass such an optimizer")
+
+
+def _pure_fp16(inj: Injection, p: dict) -> None:
+    """A real pure-fp16 run: the model, the optimizer's state and the float inputs in fp16,
+    no fp32 master weights; the optimizer's eps set to ``eps`` (1e-8 rounds to 0)."""
+    inj.model.half()  # parameters converted in place: the optimizer still holds them
+    for group in inj.optimizer.param_groups:
+        group["eps"] = p["eps"]
+    for state in inj.optimizer.state.values():
+        for k, v in state.items():
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0:
+                state[k] = v.half()  # moments; Adam's step count stays as it is
+    if inj.source is not None:
+        inj.map_batches(lambda b: map_tensors(
+            b, lambda t: t.half() if t.is_floating_point() else t))
+
 
 register(Fault(
     name="adam_eps_fp16", family="adam_eps_fp16",
@@ -62,8 +204,11 @@ register(Fault(
     mechanism="1e-8 is below fp16's smallest subnormal (6e-8) and rounds to 0; a tiny "
               "gradient's square underflows too, so the update m / (sqrt(v) + eps) is "
               "x / 0 = inf or 0 / 0 = NaN",
-    needs="model and optimizer state in fp16 (model.half()), no fp32 master weights",
+    needs="model and optimizer state in fp16 (model.half()), no fp32 master weights; on "
+          "your model inject() does model.half(), sets the optimizer's eps and casts the "
+          "float tensors of each batch to fp16 (pass batches=)",
     reveals="amp", cure="grad_scaler", signature="nonfinite",
     params={"eps": Param(1e-8, 0.0, 1.0)},
     conditions=lambda p: {"precision": "fp16-pure", "adam_eps": p["eps"]},
+    foreign=_pure_fp16, check=_needs_eps,
 ))

@@ -15,6 +15,7 @@ import torch
 from nanlab.checkpoint import safe_load
 from nanlab.config import RESUMABLE
 from nanlab.errors import NanlabError, check_choice
+from nanlab.lr_lever import set_lr_factor
 
 
 def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
@@ -199,13 +200,10 @@ class Resumable:
 
     def _rewarm(self) -> None:
         """In the ``config.restart_warmup`` steps from ``config.restart_at`` on, this step's
-        LR is the scheduled one times (steps since the restart + 1) / restart_warmup."""
+        LR is the scheduled one times (steps since the restart + 1) / restart_warmup: a
+        factor of the LR lever (:mod:`nanlab.lr_lever`), so the schedule is left alone."""
         c = self.config
         since = self.step - c.restart_at
-        if not (c.restart_at and c.restart_warmup and 0 <= since < c.restart_warmup):
-            return
-        ramp = (since + 1) / c.restart_warmup
-        sched = self.scheduler
-        for group, base, fn in zip(self.optimizer.param_groups, sched.base_lrs,
-                                   sched.lr_lambdas, strict=True):
-            group["lr"] = base * fn(sched.last_epoch) * ramp
+        ramp = (since + 1) / c.restart_warmup \
+            if c.restart_at and c.restart_warmup and 0 <= since < c.restart_warmup else 1.0
+        set_lr_factor(self.optimizer, "restart_warmup", ramp)

@@ -51,6 +51,7 @@ from nanlab.config import TrainConfig
 from nanlab.data import CountingTask
 from nanlab.errors import NanlabError, Terminated, check_choice, check_range, error_line
 from nanlab.half_matmul import half_matmul
+from nanlab.lr_lever import applied_lr
 from nanlab.model import GPT
 from nanlab.objective import global_grad_norm, lm_loss, lr_factor
 from nanlab.record import RunRecord, environment_info
@@ -420,7 +421,7 @@ class Trainer(Resumable):
         info.loss_value, info.grad_norm_value = g.loss_value, g.grad_norm_value
         self.trigger_callbacks("on_after_backward", info)
 
-        lr = self.optimizer.param_groups[0]["lr"]
+        lr = applied_lr(self.optimizer)  # the schedule's LR times any lever factor
         scale = self.scaler.get_scale() if self.scaler else None
         # each layer's own weights before the update, for its update_ratio
         before = {n: torch.cat([p.detach().float().flatten() for p in ps]) for n, m in

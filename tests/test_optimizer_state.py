@@ -142,8 +142,10 @@ def test_bad_values_are_one_clear_line():
         TrainConfig(resume_skips=("weights",))
     with pytest.raises(NanlabError, match="restart_warmup=-1"):
         TrainConfig(restart_warmup=-1)
-    with pytest.raises(NanlabError, match="adam_unfreeze_spike.layer='head' is not allowed"):
-        faults.run_fault("adam_unfreeze_spike", layer="head")
+    with pytest.raises(NanlabError, match="adam_unfreeze_spike.layer='' is not allowed"):
+        faults.run_fault("adam_unfreeze_spike", layer="")
+    with pytest.raises(NanlabError, match="layer='ffn' matches no parameter name of GPT"):
+        faults.run_fault("adam_unfreeze_spike", layer="ffn")
     with pytest.raises(NanlabError, match="freeze='nothing' matches no parameter name"):
         Trainer(TrainConfig(freeze="nothing", freeze_until=5, progress=False))
     assert TrainConfig.from_dict(TrainConfig(resume_skips=["optimizer"]).to_dict()

@@ -118,25 +118,25 @@ class Injection:
         self.on_batch(at_step, apply)
 
     def set_lr_factor(self, factor: float, from_step: int = 0, until_step: int | None = None):
-        """Multiply the optimizer's LR by ``factor`` on steps [from_step, until_step)."""
+        """Multiply the LR of every update on steps [from_step, until_step) by ``factor``:
+        a factor on whatever LR the optimizer and its schedule give at that step
+        (:mod:`nanlab.lr_lever`), so no scheduler undoes it and none sees it."""
+        from nanlab.lr_lever import set_lr_factor
+
         self._need("optimizer", self.optimizer)
-        state = {"on": False}
+        name = f"injection-{id(self)}-{len(self.step_hooks)}"  # one lever entry per call
 
         def hook(step: int) -> None:
-            want = from_step <= step and (until_step is None or step < until_step)
-            if want != state["on"]:
-                k = factor if want else 1.0 / factor
-                for group in self.optimizer.param_groups:
-                    group["lr"] *= k
-                if self.scheduler is not None:
-                    self.scheduler.base_lrs = [lr * k for lr in self.scheduler.base_lrs]
-                state["on"] = want
+            on = from_step <= step and (until_step is None or step < until_step)
+            set_lr_factor(self.optimizer, name, factor if on else 1.0)
         self.step_hooks.append(hook)
 
     def set_lr(self, lr: float) -> None:
-        """Train at ``lr`` from the first step on, whatever the optimizer was given."""
+        """Train at ``lr`` where the optimizer was given its own (the LR a scheduler
+        started from, ``initial_lr``): the schedule keeps its shape around it."""
         self._need("optimizer", self.optimizer)
-        self.set_lr_factor(lr / self.optimizer.param_groups[0]["lr"])
+        group = self.optimizer.param_groups[0]
+        self.set_lr_factor(lr / group.get("initial_lr", group["lr"]))
 
     def scale_weights(self, factor: float) -> int:
         """Multiply every Linear / Embedding / Conv weight by ``factor``."""

@@ -2,13 +2,71 @@
 count, and to the LR schedule.
 
 Read from the per-layer grad-norm history and the LR curve (SOP steps 3 and 4).
+
+On the built-in run the two restarts are real ones (``TrainConfig.restart_at`` and
+``resume_skips``: a ``torch.save`` / ``torch.load`` round trip, a "restart" event that
+diagnose reads, the cures ``resume_full_state`` and ``rewarm_lr`` acting on those fields).
+On any other run the same state is forgotten at the step through levers, as the resume
+code that forgets it would leave it: the optimizer's state emptied (what a fresh AdamW
+holds), the scheduler put back as it was built. The freeze is a lever on every run:
+gradient hooks that zero the named parameters' gradients until the unfreeze.
 """
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import Fault, Param, register
 
 RESTART_AT = Param(100, 1, 100_000, help="the step before which the job is restarted")
+
+
+def _fresh_optimizer(inj, p: dict) -> None:
+    """Before step ``at_step`` the optimizer's state is emptied, once: a newly built
+    optimizer holds none (Adam: m = v = 0, its step count 0 until its first update)."""
+    inj._need("optimizer", inj.optimizer)
+    opt = inj.optimizer
+    if isinstance(opt, torch.optim.SGD) and not any(g.get("momentum") for g in opt.param_groups):
+        raise NanlabError("resume_fresh_optimizer: plain SGD (momentum 0) keeps no state, so "
+                          "a fresh one is the same optimizer; use Adam(W) or SGD with momentum")
+    done = []
+
+    def hook(step: int) -> None:
+        if step == p["at_step"] and not done:  # once: a rollback past it does not restart
+            opt.state.clear()
+            done.append(step)
+    inj.step_hooks.append(hook)
+
+
+def _reset_schedule(inj, p: dict) -> None:
+    """Before step ``at_step`` the scheduler is put back as it was built (its state and the
+    LRs it gave at step 0), once: what a new scheduler whose state was not loaded does."""
+    sched = inj.scheduler
+    if sched is None:
+        raise NanlabError("resume_reset_schedule needs scheduler=...: pass the LR scheduler "
+                          "that the resume forgets to inject()")
+    if inj.optimizer is not None and getattr(sched, "optimizer", None) is not inj.optimizer:
+        raise NanlabError("resume_reset_schedule: scheduler= drives another optimizer than "
+                          "optimizer=; pass the pair your loop steps")
+    if getattr(sched, "last_epoch", 0) != 0:
+        raise NanlabError(f"resume_reset_schedule needs the scheduler as built (its state is "
+                          f"what the restart goes back to); {type(sched).__name__} has already "
+                          f"stepped {sched.last_epoch} times: call inject() before training")
+    fresh = copy.deepcopy(sched.state_dict())
+    lrs = [g["lr"] for g in sched.optimizer.param_groups]
+    done = []
+
+    def hook(step: int) -> None:
+        if step == p["at_step"] and not done:
+            sched.load_state_dict(copy.deepcopy(fresh))  # load_state_dict may pop from it
+            for group, lr in zip(sched.optimizer.param_groups, lrs, strict=True):
+                group["lr"] = lr
+            done.append(step)
+    inj.step_hooks.append(hook)
 
 register(Fault(
     name="resume_fresh_optimizer", family="optimizer_state",
@@ -26,6 +84,7 @@ register(Fault(
     reveals="grad_norms", cure="resume_full_state", signature="spike",
     params={"at_step": RESTART_AT},
     conditions=lambda p: {"restart_at": p["at_step"], "resume_skips": ("optimizer",)},
+    foreign=_fresh_optimizer,
 ))
 
 register(Fault(
@@ -44,7 +103,57 @@ register(Fault(
     params={"at_step": Param(130, 1, 100_000,
                              help="the step before which the job is restarted")},
     conditions=lambda p: {"restart_at": p["at_step"], "resume_skips": ("scheduler",)},
+    foreign=_reset_schedule,
 ))
+
+@dataclass(frozen=True)
+class NamePart(Param):
+    """A parameter that is a part of parameter names (any non-empty string): the model
+    decides which names exist, so they are checked on the model, not here."""
+
+    def check(self, fault: str, name: str, value):
+        if not isinstance(value, str) or not value:
+            raise NanlabError(f"{fault}.{name}={value!r} is not allowed; give a part of the "
+                              "parameter names, such as 'mlp.c_fc' or 'encoder.layers.0'")
+        return value
+
+
+def _freeze(inj, p: dict) -> None:
+    """Gradient hooks make the gradient of every parameter whose name holds ``layer``
+    exactly 0 until step ``at_step``; the parameters stay in the optimizer, which keeps
+    stepping them (Adam's count runs on with m = v = 0)."""
+    inj._need("model", inj.model)
+    inj._need("optimizer", inj.optimizer)
+    groups = inj.optimizer.param_groups
+    if not all("betas" in g for g in groups):
+        raise NanlabError(f"adam_unfreeze_spike needs an Adam-type optimizer (its b2 makes "
+                          f"the spike); {type(inj.optimizer).__name__} has no betas")
+    named = [(n, q) for n, q in inj.model.named_parameters() if q.requires_grad]
+    frozen = [q for n, q in named if p["layer"] in n]
+    if not frozen:
+        some = ", ".join(repr(n) for n, _ in named[:3])
+        raise NanlabError(f"adam_unfreeze_spike.layer={p['layer']!r} matches no parameter "
+                          f"name of {type(inj.model).__name__}; its names are like {some}")
+    stepped = {id(q) for g in groups for q in g["params"]}
+    if any(id(q) not in stepped for q in frozen):
+        raise NanlabError(f"adam_unfreeze_spike: parameters named {p['layer']!r} are not in "
+                          "the optimizer; a gradient-mask freeze keeps them there")
+    now = {"step": 0}
+
+    def mask(grad: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(grad) if now["step"] < p["at_step"] else grad
+    handles = [q.register_hook(mask) for q in frozen]  # kept: a rollback freezes again
+    getattr(inj, "handles", []).extend(handles)  # Injection.remove() takes them out
+
+    def hook(step: int) -> None:
+        now["step"] = step
+    inj.step_hooks.append(hook)
+
+
+def _set_beta2(inj, p: dict) -> None:
+    for group in inj.optimizer.param_groups:
+        group["betas"] = (group["betas"][0], p["beta2"])
+
 
 register(Fault(
     name="adam_unfreeze_spike", family="optimizer_state",
@@ -58,13 +167,16 @@ register(Fault(
               "the layer wakes up with full-size steps and the loss spikes",
     needs="a freeze done by a gradient mask (the parameters stay in the optimizer), here "
           "the first MLP matrix of every block until step 100, and AdamW with b2 = 0.999 "
-          "(PyTorch's default) at the toy's LR 5e-3",
+          "(PyTorch's default) at the toy's LR 5e-3. On your own run: name the frozen "
+          "parameters with layer= (a part of their names); b2 is set on your optimizer",
     reveals="grad_norms", cure="beta2_095", signature="spike",
     params={"at_step": Param(100, 1, 100_000, help="the step at which the layer is "
                                                     "unfrozen"),
             "beta2": Param(0.999, 0.0, 0.99999, help="Adam's second-moment decay"),
-            "layer": Param("mlp.c_fc", choices=("mlp.c_fc", "mlp", "attn"),
-                           help="the frozen parameters (a part of their names)")},
-    conditions=lambda p: {"freeze": p["layer"], "freeze_until": p["at_step"],
-                          "beta2": p["beta2"]},
+            "layer": NamePart("mlp.c_fc", help="the frozen parameters (a part of their "
+                                               "names)")},
+    # the built-in run's b2 is its config's (so the cure beta2_095 can change it there)
+    conditions=lambda p: {"beta2": p["beta2"]},
+    install=_freeze,
+    foreign=_set_beta2,
 ))

@@ -300,8 +300,8 @@ print("seed 1, identical first 20: ", np.array_equal(other.losses(), run.losses(
 # one thread: a run repeats exactly on your machine. Another CPU adds in another
 # order (its kernels follow its instruction set: AVX2, AVX-512, ARM), as may another
 # torch version. A run near the edge then fails some steps earlier or later (Lab 05's
-# deep stack, by about 25), so the labs check mechanisms and ranges, not one
-# machine's step. On a GPU a few kernels add in a varying order; call
+# deep stack), so the labs check mechanisms and ranges, not one machine's step. On a
+# GPU a few kernels add in a varying order; call
 # `torch.use_deterministic_algorithms(True)` when you need exact repeats there.
 #
 # ### Resume from a checkpoint (断点续训)

@@ -158,8 +158,12 @@ print("grad norm, steps 30-39: finite and within 10x of each other:",
       bool(np.isfinite(norms).all() and norms.max() < 10 * norms.min()))
 
 # %% [markdown]
-# **Healthy until one step, then broken at once** is the signature of dirty data; an
-# exploding gradient or a too-high learning rate climbs for a while first.
+# **Healthy until one step, then broken at once** fits dirty data, but not only: a
+# forward op that passes fp16's range (Lab 07's run: loss 0.54, then inf), an fp16
+# Adam whose eps rounds to 0 (Lab 04: broken from step 1) or a flipped bit on the
+# device (Lab 14) break the same way. An exploding gradient or a too-high learning rate climbs for a
+# while first. So the abrupt break says: look at that step's batch first, the
+# cheapest check; it does not convict the data.
 #
 # **The plot.** Crosses along the top mark NaN steps (a NaN cannot be drawn as a
 # point); a red line marks the first.
@@ -732,8 +736,9 @@ for step in range(6):
 # ## Summary
 # - One NaN reading in one batch: NaN loss from then on, no error, and every weight
 #   NaN after one optimizer step.
-# - The signature: healthy until the bad batch, nothing growing before it, no inf
-#   before the NaN; `locate` finds the first non-finite value in the data.
+# - The signature: healthy until the bad batch, nothing growing before it (a forward
+#   overflow or a flipped bit looks the same), no inf before the NaN; `locate` finds
+#   the first non-finite value in the data.
 # - Floor the std (`std.clamp_min(eps)`); clamp the count of a hand-written masked
 #   mean.
 # - An illegal label is loud in single-device PyTorch (IndexError, a device-side

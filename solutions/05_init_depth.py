@@ -298,7 +298,7 @@ print("total norm:", norm.item(), "  gradient after clipping:", p.grad.tolist())
 # every gradient long before an overflow (with AdamW that does not shrink the
 # update, Lab 03).
 #
-# ## 2. A bad init: NaN at step 0, and an activation recorder (M8)
+# ## 2. A bad init: NaN at step 0, and an activation recorder
 # `bad_init` (初始化不当): the same 6 blocks, init std 1.0 instead of GPT-2's 0.02:
 
 # %%

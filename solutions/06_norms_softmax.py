@@ -96,10 +96,10 @@ print("1e-8 in fp16 is exactly 0:", torch.tensor(1e-8, dtype=torch.float16).item
 
 # %% [markdown]
 # Why: fp16's smallest positive number is about 6e-8, so a norm computing in fp16
-# rounds 1e-8 and 1e-12 to 0, and eps = 0 is NaN in any precision; 1e-5 survives
+# rounds 1e-8 and 1e-12 to 0, eps = 0 in disguise; 1e-5 survives
 # (as 1.0014e-5, a subnormal). `F.layer_norm` computes mean and variance in fp32
 # inside, even for fp16 input (and on CUDA, autocast runs `layer_norm` in fp32
-# altogether). In fp32 any eps > 0 works.
+# altogether). In fp32 any eps > 0 keeps the row finite.
 #
 # A second fp16 trap: a row with values around 300 has a variance of about 90 000,
 # past fp16's 65504.
@@ -173,7 +173,7 @@ return ((x32 - mean) / torch.sqrt(var + eps)).to(x.dtype)""")
 
 # %% [markdown]
 # ### eps in backward: the gain through a norm
-# Forward, any eps > 0 keeps a flat row finite. Does its size matter backward? With
+# Does the size of eps matter backward? With
 # $\hat x = (x-\mu)/\sqrt{\sigma^2+\epsilon}$ and $g = \partial L/\partial \hat x$,
 # differentiating through $\mu$ and $\sigma^2$ gives (bars: means over the row)
 #
@@ -250,7 +250,7 @@ print("0 * nan =", 0.0 * math.nan)
 #
 # ### The cure, proven with the same seed
 # The fix `norm_eps` sets eps = 1e-5 (same seed and data); a second witness runs
-# eps = 1e-12, the section title's "too small" eps:
+# eps = 1e-12:
 
 # %%
 cured = run_fault("tiny_eps", fixes=["norm_eps"], **SHORT)
@@ -276,11 +276,13 @@ fig = plot_compare({"eps = 0 (tiny_eps)": eps0.record,
 
 
 # %% [markdown]
-# So "a LayerNorm eps that is too small gives NaN" needs sharpening: in fp32 the
-# danger is **eps = 0** (set by a config, or a norm written without one); in fp16 it
-# is **any eps below about 6e-8 in a norm that computes in fp16**, eps = 0 in
-# disguise. (On this seed both end step 59 above section 5's clean run, checked
-# there: the configuration, not the fix.)
+# So "a LayerNorm eps that is too small gives NaN" needs sharpening: the NaN comes
+# from **eps = 0** (a config, or a norm written without one) or, in fp16, from **any
+# eps below about 6e-8 in a norm that computes in fp16**. A tiny eps > 0 is finite,
+# not safe: backward multiplies a near-flat row's gradient by up to `1/sqrt(eps)`
+# (section 1: 9.94e5 at 1e-12, 316 at 1e-5); keep the default 1e-5. (On this
+# seed both end step 59 above section 5's clean run, checked there: the
+# configuration, not the fix.)
 #
 # ## 3. Softmax by hand: naive against stable
 #
@@ -395,9 +397,9 @@ return e / e.sum(-1, keepdim=True)""")
 # `F.scaled_dot_product_attention` picks a FlashAttention-2, a memory-efficient or
 # a C++ math kernel (its PyTorch documentation). The math kernel uses PyTorch's
 # softmax, which subtracts the row maximum; the fused kernels never write the score
-# matrix out at all and normalise the softmax block by block with a running maximum
-# (FlashAttention, Dao et al. 2022, section 3.1). That is why the toy writes its
-# attention out by hand: a model on SDPA meets this failure only where its own code
+# matrix out and normalise the softmax block by block with a running maximum
+# (FlashAttention, Dao et al. 2022, section 3.1). So the toy writes its attention by
+# hand: a model on SDPA meets this failure only where its own code
 # computes a softmax.
 
 # %%
@@ -469,10 +471,8 @@ print("sin(inf)  =", torch.sin(inf).item(), "  (section 6)")
 # - **`qk_norm`** (QK-LayerNorm): a LayerNorm on each head's queries and keys before
 #   `q · k`, used by large runs since Dehghani et al. 2023 (ViT-22B). At scale the
 #   failure is not an fp16 overflow: growing logits make the softmax
-#   nearly one-hot, *attention entropy collapse* (Zhai et al. 2023, "Stabilizing
-#   Transformer training by preventing attention entropy collapse"), and the loss
-#   diverges. Wortsman et al. 2023 ("Small-scale proxies for large-scale Transformer
-#   training instabilities") reproduce it at small scale (section 3.1.1); all their
+#   nearly one-hot, *attention entropy collapse* (Zhai et al. 2023), and the loss
+#   diverges. Wortsman et al. 2023 reproduce it at small scale (section 3.1.1); all their
 #   runs whose max attention logit passed 1e4 diverged (section 3.3, Figure 9);
 # - **`z_loss`**: an extra loss `1e-4 · (log Z)²`, `Z = Σ exp(logit)` being the
 #   **output** layer's softmax normaliser (PaLM).
@@ -580,8 +580,7 @@ fig, ax = plt.subplots(figsize=(9, 3), layout="constrained")
 for i, (weight, store) in enumerate(log_z.items()):
     ax.plot(sorted(store), [store[s] for s in sorted(store)], color=f"C{i}",
             label=f"z-loss weight {weight:g}")
-ax.axhline(FP16_EXP_LIMIT, color="red", ls=":",
-           label="11.09: a hand-written fp16 sum of exp overflows")
+ax.axhline(0, color="gray", ls=":", label="log Z = 0, where z-loss pulls it")
 ax.set_xlabel("step")
 ax.set_ylabel("largest log Z (output)")
 ax.grid(alpha=0.3)
@@ -776,7 +775,8 @@ practice("06-qk-norm-vs-z-loss")
 
 # %% [markdown]
 # ## Summary
-# - Compute norm statistics in fp32; eps = 0 is NaN.
+# - Compute norm statistics in fp32; eps = 0 is NaN; a tiny eps > 0 multiplies a
+#   flat row's gradient by up to `1/sqrt(eps)`.
 # - Inf first, then NaN (B1): fix what grew.
 # - Stable softmax and QK-LayerNorm cure attention overflow; z-loss does not.
 #

@@ -265,8 +265,9 @@ def outcome(fault_run):
 replays = {fix: run_fault("fp16_overflow", fixes=[fix], **RUN)
            for fix in ("amp_off", "bf16", "lr_div10")}
 for fix, r in replays.items():
-    c = r.trainer.config
-    print(f"{fix:9} precision {c.precision:5} lr {c.lr:.4f}: first non-finite "
+    c = r.trainer.config  # lr_div10 edits the optimizer's param groups, not c.lr:
+    peak_lr = float(np.nanmax(r.record.column("lr")))  # so read the LR it ran at
+    print(f"{fix:9} precision {c.precision:5} peak lr {peak_lr:g}: first non-finite "
           f"{r.record.first_nonfinite_step}, "
           f"final loss {final_loss(r.record.losses()):.3f}")
 

@@ -70,7 +70,7 @@ from nanlab.viz import plot_compare
 start_lab("10_interview")
 
 # %% [markdown]
-# ## 1. The shape of a good answer (I1)
+# ## 1. The shape of a good answer
 # Interviewers hear many answers that start and end with "gradient explosion"
 # (梯度爆炸). A strong answer walks the same five beats every time:
 #
@@ -86,7 +86,7 @@ start_lab("10_interview")
 # 5. **Prevent**: what now catches it automatically (data assertions, a guard, a
 #    spike detector, dashboards).
 #
-# ## 2. Three levels, three answers (I2)
+# ## 2. Three levels, three answers
 # The same question is asked of a new graduate (校招), an experienced engineer
 # (社招) and a senior engineer or architect (资深). The depth expected differs, and
 # so does the typical mistake.
@@ -100,7 +100,7 @@ from nanlab.course import practice
 practice("10-level-mistake")
 
 # %% [markdown]
-# ## 3. The question bank and the rubric (I3)
+# ## 3. The question bank and the rubric
 # The course ships a bank of interview questions as data (`nanlab/interview/questions/`,
 # one JSON file per topic, easy for an instructor to extend). Each has a model answer with the Chinese key
 # terms beside the English ones, the key points a good answer must contain (its
@@ -221,7 +221,7 @@ print("follow-up:", reply.is_follow_up, "->", reply.next_question.id)
 print(reply.next_question.question)
 
 # %% [markdown]
-# ## 6. Your own incident, told as STAR (I4)
+# ## 6. Your own incident, told as STAR
 # The experienced level's answer is one real incident, told as **STAR**: Situation
 # (情境), Task (任务), Action (行动), Result (结果), with numbers. "A toy model" is a
 # fine Situation if the numbers are real and you can defend every one of them, so we

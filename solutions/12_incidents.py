@@ -319,7 +319,9 @@ fig = plot_loss(rolled_back.record,  # grey dashed: rolled back; shaded: where i
 # to 0.3" (section 2.2); restart points were chosen where the dynamic loss scale was
 # still "healthy" (**≥ 1.0**). Hardware alone caused at least **35 manual restarts**
 # and **over 100 hosts** cycled in 2 months. The day-by-day account is the metaseq
-# logbook (`projects/OPT/chronicles`).
+# logbook (`projects/OPT/chronicles`); its `56_percent_update.md` gives the LR cuts:
+# 10 % on run 12.43, when grad and activation norms drifted, then down to 2/3 of
+# GPT-3's LR on run 12.45.2.
 #
 # The toy analogue: go back to section 1's far state (100 steps before the window, a
 # little further than PaLM went) and continue over the same batches with one change,

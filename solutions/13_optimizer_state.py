@@ -291,7 +291,7 @@ for b2 in (0.999, 0.95):
           f"{formula[b2]:.2f} lr · sign(g)")
 
 # %% [markdown]
-# Now the run, and the same layer's first update measured from its weights. The cure
+# Now the run, and the same layer's first update measured from its weights. The fix
 # to compare is `beta2_095`: the same freeze with b2 = 0.95.
 
 # %%
@@ -331,7 +331,11 @@ print("b2 0.95 stays under 3x:", height[0.95] < 3)
 # runs on without its moments. (PyTorch's Adam skips a parameter whose `.grad` is
 # None, so a `requires_grad=False` freeze does not count.) Adding the layer to the
 # optimizer only when it wakes up is no cure: its state is then fresh, section 2's
-# case. The measured cure here is b2 = 0.95.
+# case. b2 = 0.95 halves the first update and shrinks the jump (printed above), yet the
+# layer still steps about 0.45 lr and the loss still rises: a mitigation. The
+# targeted cures act on that layer alone: a short LR warmup for it in its own param
+# group, its optimizer state reset and re-warmed, or update clipping (Shazeer & Stern
+# 2018, Adafactor, abstract: updates too large when v decays slowly).
 #
 # ## 5. `diagnose` names the cause and proves the cure
 #
@@ -554,7 +558,7 @@ practice("13-mystery-wake-up")
 #   spike about 20 steps later. The restart event's `optimizer_steps` and
 #   `schedule_step` say which.
 # - A layer frozen by a gradient mask wakes up under b2 = 0.999 with full-size steps;
-#   b2 = 0.95 cures it.
+#   b2 = 0.95 shrinks the jump; a warmup, reset or update clip for that layer targets it.
 # - "Last good" means weights *and* optimizer state finite.
 # - Prove a resume: interrupted and straight runs, bit for bit.
 #

@@ -75,7 +75,8 @@ QUESTIONS = [
         hints=["What in the pipeline can divide by zero on finite inputs?",
                "Is 'the raw files are clean' evidence for or against this family?"],
         why=["Section 2: healthy until one step, then broken at once, with nothing growing "
-             "before it, is the dirty-data signature.",
+             "before it, fits dirty data (a forward overflow or a flipped bit breaks so "
+             "too): it says to look at that step's batch first.",
              "Section 3a: aten.div in the data pass is the standardisation's division; the "
              "pipeline made the NaN before the model saw the batch.",
              "Section 3a: a constant column has a std of 0, so standardising it is 0 / 0.",

@@ -81,7 +81,7 @@ QUESTIONS = [
         explanation="A gradient-mask freeze keeps the layer in the optimizer: Adam's count "
         "runs to 100 while m = v = 0, and with b2 = 0.999 the bias correction "
         "1 - b2^100 ≈ 0.1 leaves v_hat ≈ g²/100 at the first real gradient: a full-size, "
-        "sign-like step on layers that should move gently (section 4). b2 = 0.95 cures it; "
+        "sign-like step on layers that should move gently (section 4). b2 = 0.95 shrinks it; "
         "the missing restart event and the clean batch only rule other causes out.",
         hints=["What happens to Adam's step count while a gradient mask holds the layer "
                "at zero?",

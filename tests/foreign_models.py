@@ -246,6 +246,7 @@ class Outcome:
     step: int | None = None
     detail: str = ""
     warnings: list = field(default_factory=list)
+    short: str = ""  # the signature in a word or two: "NaN", "inf", "crash", "4.5x clean"
 
     def cell(self) -> str:
         if self.kind == "fires":
@@ -273,13 +274,14 @@ def outcome(spec: Foreign, fault: str, clean: list[float], steps: int = 40, **pa
     if error is not None and error.startswith("refused mid-run"):
         return Outcome("late", error_step, error, said)
     if error is not None:
-        return Outcome("fires", error_step, f"crash ({error})", said)
+        return Outcome("fires", error_step, f"crash ({error})", said, "crash")
     floor = min(0.0, min(clean))
     for k, v in enumerate(losses):
         if not math.isfinite(v):
-            return Outcome("fires", k, f"loss {v}", said)
+            return Outcome("fires", k, f"loss {v}", said, "NaN" if math.isnan(v) else "inf")
         if v - floor > JUMP * (max(clean[:k + 1]) - floor):
-            return Outcome("fires", k, f"loss {v:.3g} vs clean {clean[k]:.3g}", said)
+            return Outcome("fires", k, f"loss {v:.3g} vs clean {clean[k]:.3g}", said,
+                           f"{(v - floor) / (clean[k] - floor):.0f}x clean")
     return Outcome("silent", detail="; ".join(said), warnings=said)
 
 

@@ -48,8 +48,8 @@ import torch
 from nanlab import faults
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.faults import run_fault
-from nanlab.guard import Guard, SpikeDetector
 from nanlab.faults.corpus import detector_table, make_corpus
+from nanlab.guard import Guard, SpikeDetector
 from nanlab.guard.detectors import Nanlab
 from nanlab.signals import final_loss, find_spikes, recovery_steps
 from nanlab.train import Trainer

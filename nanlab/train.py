@@ -49,7 +49,14 @@ from nanlab.batches import to_device
 from nanlab.checkpoint import CheckpointStore
 from nanlab.config import TrainConfig
 from nanlab.data import CountingTask
-from nanlab.errors import NanlabError, Terminated, check_choice, check_range, error_line
+from nanlab.errors import (
+    NanlabError,
+    StorageError,
+    Terminated,
+    check_choice,
+    check_range,
+    error_line,
+)
 from nanlab.half_matmul import half_matmul
 from nanlab.lr_lever import applied_lr
 from nanlab.model import GPT
@@ -547,6 +554,11 @@ class Trainer(Resumable):
             status = "terminated" if self._terminated else "finished"
         except NotImplementedError:
             raise  # a learner's unfinished callback, not a symptom of the run
+        except StorageError as e:  # the disk, not the training: named, then raised
+            status = "storage"
+            with contextlib.suppress(OSError):  # a full disk may refuse the event too
+                self.record.log_event("error", self.step, error=error_line(e), storage=e.reason)
+            raise
         except Exception as e:  # a crash is a symptom: recorded with its step, then raised
             self.record.log_event("error", self.step, error=error_line(e))
             raise
@@ -562,8 +574,9 @@ class Trainer(Resumable):
             self.record.manifest["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             self.record.manifest["status"] = status
             self.record.manifest["stop_reason"] = self.stop_reason or None
-            self.record.write_manifest()
-            self.record.flush()
+            with contextlib.suppress(OSError) if status == "storage" else contextlib.nullcontext():
+                self.record.write_manifest()
+                self.record.flush()
 
 
 @contextlib.contextmanager

@@ -43,11 +43,10 @@ def _mlp_trainer(config):
     return Trainer(config, model=mlp(), batches=sensor_batch, loss_fn=mse)
 
 
-def test_nan_input_on_integer_ids_says_which_input_it_needs():
-    injection = faults.inject("nan_input", at_step=0, inputs="input_ids",
-                              batches=lambda s: {"input_ids": torch.zeros(2, 3).long()})
+def test_nan_input_on_integer_ids_says_which_input_it_needs_at_inject_time():
     with pytest.raises(NanlabError, match=r"inputs='input_ids' is a torch.int64 tensor"):
-        injection.batches(0)
+        faults.inject("nan_input", at_step=0, inputs="input_ids",
+                      batches=lambda s: {"input_ids": torch.zeros(2, 3).long()})
 
 
 def test_a_build_that_returns_no_trainer_is_named():

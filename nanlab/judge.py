@@ -15,9 +15,10 @@ The kinds, checked in this order (the first that fits is the verdict):
   height above the loss's floor and by 6 robust deviations (:func:`find_spikes`), after
   the first ``SPIKE_GRACE`` steps;
 - ``stall``:     the loss ended above 85 % of the way from its floor to its start
-  (:func:`is_stalled`), or it is still falling but above the limit (learning too little);
-- ``diverge``:   finite, but climbing back: the final loss (mean of the last 10) rose
-  above its start or gave back learning, and is above the limit;
+  (:func:`is_stalled`): it hardly moved;
+- ``diverge``:   finite, but the final loss (mean of the last 10) is above the limit: it
+  rose above its start, gave back what it learned, or learns far too little (the
+  reason says which: "climbing back" or "learning too little");
 - ``contained``: non-finite steps happened, every one skipped before it reached the
   weights, and the loss is fine otherwise (the symptom is handled, the cause is not);
 - ``healthy``:   none of the above.
@@ -239,10 +240,10 @@ def judge(run: Any, *, clean: Any = None, baseline: Any = None,
                         losses, clean_final, baseline)
     if behind:
         return _verdict("stall", f"{but}{behind}", None, rows, losses, clean_final, baseline)
-    if end > limit:  # climbing back from its best: diverging; else learning too little
+    if end > limit:  # far above where it should be: climbing back, or learning too little
         against = _against(reference, clean_final)
         climbing = _climbing(losses, start, end)
-        return _verdict("diverge" if climbing else "stall",
+        return _verdict("diverge",
                         f"{but}{climbing or 'learning too little: '}the loss went "
                         f"{start:.3g} -> {end:.3g}, above {limit:.3g} ({against})", None, rows,
                         losses, clean_final, baseline)

@@ -60,7 +60,8 @@ def test_a_divergence_is_judged_against_the_named_reference_point():
     low = np.r_[np.linspace(3.5, 0.5, 60), np.full(60, 0.5)]
     assert judge(low).kind == "healthy"
     v = judge(low, clean=0.02)  # flat at 0.5, far above the clean run: learned too little
-    assert v.kind == "stall" and v.reference == "clean" and math.isclose(v.limit, 0.31)
+    assert v.kind == "diverge" and v.reference == "clean" and math.isclose(v.limit, 0.31)
+    assert "learning too little" in v.reason
     assert "3 x clean 0.02 + 0.25" in v.reason
 
 

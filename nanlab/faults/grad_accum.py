@@ -42,6 +42,11 @@ def _short_micro_batches(inj, p: dict) -> None:
         inj.edit_labels(step, _first_micro_batch_keeps(p["accum_steps"], p["keep"]))
 
 
+IN_THE_LOOP = ("it is a bug in a gradient-accumulation loop, and inject() does not rewrite "
+               "your loop: run it with nanlab's Trainer (accum_steps > 1), or audit your "
+               "own loop with nanlab.debug.diagnose (its gradient audit replays one plain "
+               "step)")
+
 register(Fault(
     name="accum_mean_of_means", family="grad_accum",
     summary="gradient accumulation that averages the micro-batches' mean losses, meeting "
@@ -65,7 +70,7 @@ register(Fault(
             "keep": Param(1, 1, 10_000, help="unmasked targets left in that micro-batch"),
             "accum_steps": ACCUM},
     conditions=lambda p: {"accum_steps": p["accum_steps"], "accum_norm": "mean_of_means"},
-    install=_short_micro_batches,
+    install=_short_micro_batches, refusal=IN_THE_LOOP,
 ))
 
 register(Fault(
@@ -89,6 +94,7 @@ register(Fault(
     conditions=lambda p: {"accum_steps": p["accum_steps"], "accum_norm": "mean_of_means"},
     install=lambda inj, p: inj.edit_labels(p["at_step"],
                                            _first_micro_batch_keeps(p["accum_steps"], 0)),
+    refusal=IN_THE_LOOP,
 ))
 
 register(Fault(
@@ -115,6 +121,7 @@ register(Fault(
                           "scaler_update": {"update": "micro_batch",
                                             "unscale_update": "unscale_micro_batch"}[
                                                 p["per_micro_batch"]]},
+    refusal=IN_THE_LOOP,
 ))
 
 FIXES["token_weighted"] = Fix(

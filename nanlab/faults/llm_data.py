@@ -33,7 +33,7 @@ import torch.nn as nn
 from nanlab.batches import map_tensors, named_tensors, replace_tensor, tensor_paths
 from nanlab.data import IGNORE_INDEX, step_generator
 from nanlab.errors import NanlabError
-from nanlab.faults.catalogue import Fault, Param, register
+from nanlab.faults.catalogue import Fault, Param, needs_batch, register
 from nanlab.faults.fixes import FIXES, Fix, label_range
 from nanlab.faults.levers import Injection
 from nanlab.train import Trainer
@@ -187,6 +187,9 @@ register(Fault(
     params={**_shard(150, 5, 1.0), "past_end": PAST_END, "per_sequence": PER_SEQUENCE},
     conditions=lambda p: {"model": {"vocab_partitions": 2}},
     install=_install_oov,
+    refusal="it needs an embedding and a cross-entropy split over the vocabulary that mask "
+            "ids outside each slice (Megatron-LM's tensor parallelism); on one device use "
+            "oov_token, which crashes as a plain nn.Embedding does",
 ))
 
 register(Fault(
@@ -203,6 +206,7 @@ register(Fault(
     reveals="data", cure="quality_filter", signature="spike",
     params=_shard(150, 5, 0.25),
     install=_install_repeats, foreign=lambda inj, p: None,
+    check=needs_batch(want_float=False),
 ))
 
 

@@ -80,6 +80,10 @@ def lr_lever(optimizer: torch.optim.Optimizer) -> LRLever:
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise NanlabError(f"an LR factor needs a torch.optim.Optimizer; got "
                           f"{type(optimizer).__name__}")
+    if not optimizer.param_groups or any("lr" not in g for g in optimizer.param_groups):
+        raise NanlabError(f"an LR factor needs an optimizer whose param groups each have an "
+                          f"lr; this {type(optimizer).__name__} has "
+                          f"{len(optimizer.param_groups)} param group(s)")
     lever = getattr(optimizer, _ATTR, None)
     if lever is None:
         lever = LRLever(optimizer)

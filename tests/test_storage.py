@@ -260,3 +260,13 @@ def test_a_checkpoint_past_the_recorded_rows_bounds_nothing(tmp_path):
     with pytest.raises(NanlabError, match="ckpt_999999999.pt: a checkpoint of step 999999999, "
                                           "past the 20 recorded steps"):
         load_run(run)
+
+
+def test_an_lr_fault_on_an_optimizer_without_groups_is_refused_at_inject():
+    from nanlab import faults
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    opt.param_groups.clear()
+    with pytest.raises(NanlabError, match="param groups each have an lr; this SGD has 0"):
+        faults.inject("high_lr", model=torch.nn.Linear(2, 1), optimizer=opt,
+                      batches=lambda s: (torch.ones(2, 2), torch.ones(2, 1)))

@@ -121,9 +121,10 @@ class Injection:
         """Multiply the LR of every update on steps [from_step, until_step) by ``factor``:
         a factor on whatever LR the optimizer and its schedule give at that step
         (:mod:`nanlab.lr_lever`), so no scheduler undoes it and none sees it."""
-        from nanlab.lr_lever import set_lr_factor
+        from nanlab.lr_lever import lr_lever, set_lr_factor
 
         self._need("optimizer", self.optimizer)
+        lr_lever(self.optimizer)  # refuses now, at inject time, an optimizer it cannot steer
         name = f"injection-{id(self)}-{len(self.step_hooks)}"  # one lever entry per call
 
         def hook(step: int) -> None:

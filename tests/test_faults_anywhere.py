@@ -1,7 +1,8 @@
 """Every registered fault on models nanlab did not make, in the README's plain loop.
 
 Each fault either refuses at ``inject()`` time with one line, or fires: its signature
-(a crash, a non-finite loss, a loss far above the clean run's) shows within 40 steps.
+(a crash, a non-finite loss, a loss far above the clean run's, or what nanlab.judge calls
+a spike or a divergence against the clean run) shows within 40 steps.
 A fault that can neither (its trigger absent from this model) must say so with a
 warning. The table below is what was measured; a change in any cell fails.
 """
@@ -52,7 +53,7 @@ STILL_SILENT = {
 } | {
     (f, m): f"{f} does not yet show on this model in {STEPS} steps"
     for f in ("high_lr", "high_lr_adam", "lr_jump", "resume_fresh_optimizer") for m in ALL
-    if (f, m) != ("high_lr", "conv_regressor")
+    if (f, m) not in {("high_lr", "conv_regressor"), ("high_lr_adam", "encoder_lm")}
 }
 
 

@@ -46,7 +46,12 @@ from nanlab.errors import NanlabError
 
 class StepParts(Protocol):
     """What accumulation needs of a trainer (nanlab.train.Trainer has them all); named
-    here so this module sits below the trainer that calls it."""
+    here so this module sits below the trainer that calls it.
+
+    Example::
+
+        accumulate(trainer, batch, trainer.loss_fn)   # any object with these parts
+    """
 
     config: Any
     model: torch.nn.Module

@@ -566,7 +566,11 @@ def _read_rows(path: Path, stream: str = "events") -> list[dict]:
 
 def nanlab_version() -> str:
     """The installed package's version (read from its metadata, so the run record does not
-    import the package's front door and everything behind it)."""
+    import the package's front door and everything behind it).
+
+    >>> nanlab_version() == metadata.version("nanlab")
+    True
+    """
     try:
         return metadata.version("nanlab")
     except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed

@@ -224,6 +224,6 @@ def test_bad_values_are_one_clear_line():
         faults.run_fault("oov_token", fraction=2)
     with pytest.raises(NanlabError, match="cannot be split into 3 equal vocabulary"):
         GPTConfig(vocab_partitions=3)
-    with pytest.raises(NanlabError, match="needs token ids"):
+    with pytest.raises(NanlabError, match="needs a batch with an integer label tensor"):
         faults.inject("repeated_token_shard", batches=lambda i: (torch.ones(2, 3),),
-                      at_step=0).batches(0)
+                      at_step=0)  # refused at inject time, before any step

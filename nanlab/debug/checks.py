@@ -47,7 +47,16 @@ class Outcome:
 @dataclass
 class Case:
     """What every check may read: the bad run, its symptom and step, locate's report,
-    the replayer and what earlier checks left (``notes``)."""
+    the replayer and what earlier checks left (``notes``).
+
+    Example::
+
+        @register_check("data", "my_family")
+        def my_check(case: Case) -> Outcome | None:
+            if case.symptom != "nonfinite":
+                return None            # not this check's business
+            ...                        # read case.run.record, replay with case.replay
+    """
 
     run: Any
     build: Callable
@@ -61,6 +70,12 @@ class Case:
 
 @dataclass(frozen=True)
 class Check:
+    """One registered check: its SOP step, family, function and rank in the step.
+
+    >>> [c.step for c in registered()][0]
+    'data'
+    """
+
     step: str
     family: str
     fn: Callable[[Case], Outcome | None]
@@ -94,11 +109,19 @@ def register_check(step: str, family: str, fn: Callable | None = None, *, rank: 
 
 
 def unregister(fn: Callable) -> None:
+    """Take a check out of the SOP (a test's own, or a family's to replace it).
+
+    >>> unregister(lambda case: None)   # a function never registered: nothing happens
+    """
     CHECKS[:] = [c for c in CHECKS if c.fn is not fn]
 
 
 def registered() -> list[Check]:
-    """Every check, built-in ones imported, in SOP order."""
+    """Every check, built-in ones imported, in SOP order.
+
+    >>> sorted({c.step for c in registered()}) == sorted(SOP_STEPS)
+    True
+    """
     for name in BUILTIN:
         importlib.import_module(name)
     order = list(SOP_STEPS)

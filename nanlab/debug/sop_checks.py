@@ -215,7 +215,12 @@ def check_grad_norms(case: Case) -> Outcome:
 # -- 5. init / eps -------------------------------------------------------------------
 def fan_in(module: nn.Module | None, weight) -> int:
     """The inputs each output of a 2-D weight sums over: 1 for an embedding (a row
-    looked up by one id), the rows of a transposed Conv1D (GPT-2's), else the columns."""
+    looked up by one id), the rows of a transposed Conv1D (GPT-2's), else the columns.
+
+    >>> emb = nn.Embedding(10, 64)
+    >>> fan_in(emb, emb.weight), fan_in(None, nn.Linear(3, 8).weight)
+    (1, 3)
+    """
     if isinstance(module, ONE_HOT):
         return 1
     if type(module).__name__ == "Conv1D" and getattr(module, "nf", None) == weight.shape[-1]:
@@ -226,7 +231,12 @@ def fan_in(module: nn.Module | None, weight) -> int:
 def init_and_eps(run) -> tuple[str | None, str | None, str]:
     """Look at the model itself: weight scale at step 0, norm eps, dead activations.
 
-    Returns (fault family, the fault within it when it can be told, the evidence)."""
+    Returns (fault family, the fault within it when it can be told, the evidence).
+
+    Example::
+
+        family, detail, evidence = init_and_eps(run)   # run: a FaultRun or a loaded folder
+    """
     trainer = run.trainer
     model = trainer.model
     notes = []
@@ -283,5 +293,4 @@ def check_init_eps(case: Case) -> Outcome:
     return Outcome("cause", text, cause=kind, detail=detail, fix=cure_for(kind, detail))
 
 
-__all__ = ["EXPLOSION_DECADES", "LR_CUTS", "fan_in", "health", "init_and_eps",
-           "precision_cause"]
+__all__ = ["EXPLOSION_DECADES", "LR_CUTS", "fan_in", "health", "init_and_eps", "symptom_of"]

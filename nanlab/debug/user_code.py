@@ -128,4 +128,4 @@ def check_user_code(case: Case) -> Outcome | None:
                           "non-finite value)")
 
 
-__all__ = ["grad_growth", "user_op"]
+__all__ = ["grad_growth"]

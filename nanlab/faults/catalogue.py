@@ -199,5 +199,10 @@ AT_STEP = Param(40, 0, 100_000, help="the step (batch index) at which the bad ba
 
 def needs_batch(want_float: bool):
     """A ``check`` for a data fault: the batch of its step holds the tensor it edits (a
-    float input for a NaN, integer labels for a label fault); read once, at inject time."""
+    float input for a NaN, integer labels for a label fault); read once, at inject time.
+
+    Example::
+
+        register(Fault(..., params={"at_step": AT_STEP}, check=needs_batch(want_float=True)))
+    """
     return lambda inj, p: inj.check_batch(p["at_step"], want_float)

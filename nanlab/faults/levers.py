@@ -288,3 +288,6 @@ def matmul_weights(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor, int]
                 and m.weight.dim() == 2:
             found.append((m, m.weight, m.weight.shape[0]))
     return found
+
+
+__all__ = ["Injection"]  # Watch and matmul_weights serve the family modules

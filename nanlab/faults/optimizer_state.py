@@ -180,3 +180,6 @@ register(Fault(
     install=_freeze,
     foreign=_set_beta2,
 ))
+
+
+__all__: list[str] = []  # the module registers its faults; nothing to import from it

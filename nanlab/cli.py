@@ -317,7 +317,11 @@ def cmd_run(args) -> int:
         run, guard, asked = _resume(args, changes, params, fixes)
     else:
         asked = TrainConfig().replace(progress=not args.json, **changes)
-        guard = _make_guard(args, fault_config(args.fault, asked, **params))
+        full = fault_config(args.fault, asked, **params)
+        if full.accum_steps > full.batch_size:  # the toy's batch rows: refused before a folder
+            raise NanlabError(f"accum_steps={full.accum_steps} is more than the batch's "
+                              f"{full.batch_size} rows; allowed: 1 to {full.batch_size}")
+        guard = _make_guard(args, full)
         out, made = _prepare_out(args.out, existing=args.overwrite)
         asked = asked.replace(out_dir=str(out))
         callbacks = [*(guard.callbacks() if guard else ())]

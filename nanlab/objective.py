@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from nanlab.config import TrainConfig
 from nanlab.data import IGNORE_INDEX
+from nanlab.errors import NanlabError
 from nanlab.vocab_parallel import vocab_parallel_cross_entropy
 
 
@@ -41,6 +42,10 @@ def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, naive: bool = False,
     >>> lm_loss(model, batch).isnan().item()                       # 0 / 0
     True
     """
+    if not all(hasattr(batch, f) for f in ("tokens", "features", "targets")):
+        raise NanlabError(f"the default loss (nanlab.objective.lm_loss) reads the toy task's "
+                          f"batch (.tokens, .features, .targets); got {type(batch).__name__}; "
+                          "for your own batches pass Trainer(loss_fn=lambda model, batch: ...)")
     logits = model(batch.tokens, batch.features).flatten(0, 1)  # (B*T, V)
     targets = batch.targets.flatten()
     if naive:  # out of autocast, no .float(): fp16 logits stay fp16 on any device

@@ -270,3 +270,18 @@ def test_an_lr_fault_on_an_optimizer_without_groups_is_refused_at_inject():
     with pytest.raises(NanlabError, match="param groups each have an lr; this SGD has 0"):
         faults.inject("high_lr", model=torch.nn.Linear(2, 1), optimizer=opt,
                       batches=lambda s: (torch.ones(2, 2), torch.ones(2, 1)))
+
+
+def test_a_config_error_is_caught_before_a_folder_is_written(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["run", "--out", str(out), "--config", "accum_steps=64"]) == 2
+    assert "accum_steps=64 is more than the batch's 32 rows" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_default_loss_on_a_foreign_batch_says_what_to_pass():
+    trainer = Trainer(TrainConfig(steps=2, progress=False), model=torch.nn.Linear(2, 1),
+                      batches=lambda step: ["a", "b"])
+    with pytest.raises(NanlabError, match="default loss .* got list; for your own batches pass "
+                                          "Trainer\\(loss_fn="):
+        trainer.run()

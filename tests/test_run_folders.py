@@ -546,12 +546,28 @@ FILES = ["manifest.json", "steps.jsonl", "events.jsonl", "layers.jsonl",
 @st.composite
 def corruption(draw):
     name = draw(st.sampled_from(FILES))
-    op = draw(st.sampled_from(["truncate", "replace", "append", "delete_lines"]))
+    op = draw(st.sampled_from(["truncate", "replace", "append", "delete_lines",
+                               "fifo", "link_out", "folder", "huge"]))
     return name, op, draw(st.integers(0, 10**6)), draw(st.binary(min_size=1, max_size=24))
 
 
 def damage(folder: Path, name: str, op: str, at: int, junk: bytes) -> None:
+    """Damage one file; the last four swap it for what a hostile folder holds instead: a
+    FIFO (a reader must not block), a link to an endless device, a folder, a sparse 2 GiB
+    file past every size cap (checkpoints get a link instead: torch reads those)."""
     path = folder / name
+    if op in ("fifo", "link_out", "folder", "huge"):
+        path.unlink(missing_ok=True)
+        if op == "fifo":
+            os.mkfifo(path)
+        elif op == "folder":
+            path.mkdir()
+        elif op == "huge" and path.suffix != ".pt":
+            path.write_bytes(b"{}")
+            os.truncate(path, 2**31)
+        else:
+            path.symlink_to("/dev/zero")
+        return
     data = path.read_bytes() if path.exists() else b""
     at = at % (len(data) + 1)
     if op == "truncate":
@@ -607,6 +623,18 @@ def test_property_random_damage_is_read_or_refused_in_one_line(clean_run, capsys
             read_everything(folder)
             cli_one_line(["locate", str(folder)], capsys)
             cli_one_line(["diagnose", str(folder)], capsys)
+
+
+@pytest.mark.parametrize("op", ["fifo", "link_out", "folder", "huge"])
+@pytest.mark.parametrize("name", FILES)
+def test_every_reader_refuses_a_hostile_file_in_one_line_without_hanging(clean_run, name, op):
+    """Each hostile swap on each file, for certain (the property above draws them too)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(shutil.copytree(clean_run, Path(tmp) / "run"))
+        damage(folder, name, op, 0, b"x")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            read_everything(folder)
 
 
 json_values = st.recursive(

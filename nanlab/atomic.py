@@ -192,10 +192,11 @@ def read_capped(path: str | Path, limit: int) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError as e:
         raise storage_error(e, path) or e from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # a folder, a FIFO, a device: before any read
+        os.close(fd)
+        raise _not_plain(path, "is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _not_plain(path, "is not a regular file")
         if info.st_size > limit:
             raise StorageError(f"is {info.st_size} bytes, over the cap of {limit} bytes", path,
                                "a nanlab run writes far less; is this the right folder?")

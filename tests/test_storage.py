@@ -285,3 +285,12 @@ def test_the_default_loss_on_a_foreign_batch_says_what_to_pass():
     with pytest.raises(NanlabError, match="default loss .* got list; for your own batches pass "
                                           "Trainer\\(loss_fn="):
         trainer.run()
+
+
+def test_a_grade_with_a_folder_for_its_answers_is_one_line(tmp_path):
+    folder = tmp_path / "m"
+    (folder / "answers.jsonl").mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps(
+        {"fault": {"sealed": seal({"name": "nan_input", "params": {}})}}))
+    with pytest.raises(NanlabError, match="answers.jsonl: is not a regular file"):
+        grade(folder, "lr")

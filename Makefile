@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Two installs, a stamp each: `make lab` installs nanlab[course] (the labs, no test tools),
+# `make test` nanlab[test] (the course, every other extra and the test tools)
 STAMP  := $(VENV)/.nanlab-installed
+LAB_STAMP := $(VENV)/.nanlab-course
 PYTEST_ARGS ?= -n 2 --dist loadfile
 # A run near a numerical threshold fails a few steps earlier or later on another CPU, so
 # `make test` proves two kernel paths: the unit tests on this one (below), the notebooks
@@ -16,21 +19,29 @@ OTHER_KERNELS ?= $(shell $(BIN)/python -c "import torch; print( \
 # make test OTHER_KERNELS= NOTEBOOK_KERNELS="ATEN_CPU_CAPABILITY=avx2 ...")
 NOTEBOOK_KERNELS ?=
 
-.PHONY: setup lab labs test lint bench clean-venv
+.PHONY: setup setup-lab lab labs test lint bench clean-venv
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
+
+$(LAB_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e ".[course]"
+	touch $(LAB_STAMP)
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e ".[test]"
-	touch $(STAMP)
+	touch $(STAMP) $(LAB_STAMP)
 
 setup: $(STAMP)  ## create .venv and install nanlab with everything the labs and tests need
 
-labs: setup  ## after editing solutions/: sync each .py/.ipynb pair, run it (store the checked outputs), regenerate labs/
+setup-lab: $(LAB_STAMP)  ## create .venv and install nanlab with what the labs need (nanlab[course])
+
+labs: setup-lab  ## after editing solutions/: sync each .py/.ipynb pair, run it (store the checked outputs), regenerate labs/
 	$(BIN)/python -m nanlab course execute
 	$(BIN)/python -m nanlab course build
 
-lab: setup  ## open the student labs in JupyterLab (no news prompt: jupyter/labconfig)
+lab: setup-lab  ## open the student labs in JupyterLab (no news prompt: jupyter/labconfig)
 	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter $(BIN)/jupyter lab labs/
 
 lint: setup

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nanlab.cli_parse import SEED_MAX, parse_config, parse_fault_params, parse_value
+from nanlab.cli_parse import SEED_MAX, finish_parser, parse_config, parse_fault_params, parse_value
 from nanlab.errors import (
     TERMINATED_STATUS,
     NanlabError,
@@ -469,10 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="make: which mystery")
     mys.set_defaults(func=cmd_mystery)
 
-    from nanlab.course import notebooks as course
-
-    course.add_parser(sub)
-    return parser
+    return finish_parser(parser, sub)  # nanlab course (the course extra); help in plain text
 
 
 def cmd_diagnose(args) -> int:

@@ -1,4 +1,5 @@
-"""Typed values for the ``nanlab`` command line: ``--config`` and ``--set``.
+"""Typed values for the ``nanlab`` command line: ``--config`` and ``--set``; and the parser's
+last touches (``finish_parser``): the course commands, and help texts in plain text.
 
 ``--config KEY=VALUE`` is typed by the TrainConfig field it names (``model.FIELD`` by the
 GPTConfig field), ``--set KEY=VALUE`` by the fault's ``Param`` default; the parsing is
@@ -11,6 +12,7 @@ and what is allowed. Whether a value is in range stays TrainConfig's (and Param'
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import re
@@ -25,6 +27,9 @@ NOT_SETTABLE = {"out_dir": "--out PATH sets the run folder",
 _TRUE, _FALSE, _NONE = ("true", "yes", "1"), ("false", "no", "0"), ("none", "null")
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+# reStructuredText in help texts: a role (:func:`~a.b`), a literal (``x``), a reference (`x`_)
+_ROLE = re.compile(r":[\w.:-]+:`(~?)([^`]*)`")
+_LITERAL = re.compile(r"``(.+?)``|`([^`]+)`_?")
 
 
 def parse_value(name: str, text: str, kind):
@@ -194,4 +199,67 @@ def parse_fault_params(fault_name: str | None, pairs: list[str]) -> dict:
     return params
 
 
-__all__ = ["NOT_SETTABLE", "SEED_MAX", "parse_config", "parse_fault_params", "parse_value"]
+def plain(text: str) -> str:
+    """A help text without reStructuredText markup: a docstring reads well in the API
+    docs, but argparse prints it as it is.
+
+    >>> plain("The ``nanlab`` command line; see :func:`~nanlab.debug.diagnose`::")
+    'The nanlab command line; see diagnose:'
+    >>> plain(":class:`nanlab.guard.Guard` and `RFC 4180`_")
+    'nanlab.guard.Guard and RFC 4180'
+    """
+    text = _ROLE.sub(lambda m: m[2].rsplit(".", 1)[-1] if m[1] else m[2], text)
+    text = _LITERAL.sub(lambda m: m[1] or m[2], text)
+    return re.sub(r"::$", ":", text, flags=re.M)
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    parser.description = parser.description and plain(parser.description)
+    parser.epilog = parser.epilog and plain(parser.epilog)
+    for action in parser._actions:
+        if action.help and action.help is not argparse.SUPPRESS:
+            action.help = plain(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for listed in action._choices_actions:  # the sub-command list in the parent's help
+                listed.help = listed.help and plain(listed.help)
+            for sub in action.choices.values():
+                _plain_help(sub)
+
+
+def _course_missing(subparsers, err: Exception) -> None:
+    """``nanlab course`` where the course extra is not installed: the command exists, and
+    running it says in one line what to install (the rest of the command line works)."""
+    reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if "nanlab[course]" not in reason:
+        reason += "; install the course extra: pip install 'nanlab[course]'"
+    course = subparsers.add_parser("course", help="sync, run, build or check the notebooks "
+                                   "(needs: pip install 'nanlab[course]')",
+                                   description=f"nanlab course is not available: {reason}")
+    course.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def refuse(args) -> int:
+        raise NanlabError(f"nanlab course: {reason}")
+    course.set_defaults(func=refuse)
+
+
+def finish_parser(parser: argparse.ArgumentParser, subparsers) -> argparse.ArgumentParser:
+    """The parser's last touches: ``nanlab course`` (from :mod:`nanlab.course`, which needs
+    the ``course`` extra; without it, a command that says how to install it), then every
+    help text, sub-commands' too, as plain text. Returns ``parser``.
+
+    >>> p = argparse.ArgumentParser(description="The ``nanlab`` command line")
+    >>> finish_parser(p, p.add_subparsers()).description
+    'The nanlab command line'
+    """
+    try:
+        from nanlab.course import notebooks
+    except (ImportError, NanlabError) as err:  # the extra is missing (require: NanlabError)
+        _course_missing(subparsers, err)
+    else:
+        notebooks.add_parser(subparsers)
+    _plain_help(parser)
+    return parser
+
+
+__all__ = ["NOT_SETTABLE", "SEED_MAX", "finish_parser", "parse_config", "parse_fault_params",
+           "parse_value", "plain"]

@@ -4,6 +4,7 @@ Bad input: one line on stderr, exit status 2, never a traceback (checked in-proc
 Exit codes: each one from a real run in a real process (short runs: 30 steps).
 """
 
+import argparse
 import json
 import subprocess
 import sys
@@ -321,3 +322,24 @@ def test_crash_in_json_is_strict_and_names_the_error(tmp_path):
 def test_help_exits_zero(capsys, monkeypatch, tmp_path):
     status, out, _ = run_cli(capsys, monkeypatch, tmp_path, "run", "--help")
     assert status == 0 and "--checkpoint-every" in out and "Exit codes" in out
+
+
+def _parsers(parser, name="nanlab"):
+    """``(command, parser)`` for the main parser and every sub-command, nested ones too."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from _parsers(sub, f"{name} {sub_name}")
+
+
+def test_help_is_plain_text_without_rst_markup():
+    """A docstring may feed a help text, but ``nanlab --help`` is read in a terminal:
+    no ``literal``, :func:`role` or `reference`_ markup in any help, sub-commands' included."""
+    parsers = dict(_parsers(cli.build_parser()))
+    assert {"nanlab run", "nanlab diagnose", "nanlab course build"} <= set(parsers), parsers
+    for name, parser in parsers.items():
+        text = parser.format_help()
+        for mark in ("``", ":func:", ":class:", ":mod:", "`_"):
+            assert mark not in text, f"{name} --help shows {mark!r}:\n{text}"
+    assert "The nanlab command line" in parsers["nanlab"].format_help()

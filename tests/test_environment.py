@@ -1,10 +1,11 @@
 """The two ways to install agree: environment.yml (conda / Binder) and pyproject.toml (pip).
 
 environment.yml installs, under ``pip:``, exactly the packages of pyproject's
-``[project] dependencies`` plus its ``test`` extra, with the same version specifiers,
-plus nanlab itself (``-e .``); conda itself provides only python and pip. Its python
-satisfies ``requires-python``, and ruff targets the oldest python allowed. Every notebook
-runs on the ``python3`` kernel, the one ``make lab`` and Binder both have.
+``[project] dependencies`` plus its ``course`` extra (what ``make lab`` installs: the labs,
+no test tools), with the same version specifiers, plus nanlab itself (``-e .``); conda
+itself provides only python and pip. Its python satisfies ``requires-python``, and ruff
+targets the oldest python allowed. Every notebook runs on the ``python3`` kernel, the one
+``make lab`` and Binder both have.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _by_name(reqs: list[str]) -> dict[str, SpecifierSet]:
 
 def test_environment_yml_has_the_pyproject_packages_and_specifiers():
     project = PYPROJECT["project"]
-    wanted = _by_name(project["dependencies"] + project["optional-dependencies"]["test"])
+    wanted = _by_name(project["dependencies"] + project["optional-dependencies"]["course"])
     conda, pip = _conda_and_pip()
     assert "-e ." in pip, "environment.yml must install nanlab itself: '- -e .' under pip"
     env = _by_name([p for p in pip if not p.startswith("-")])
@@ -63,7 +64,7 @@ def test_environment_yml_has_the_pyproject_packages_and_specifiers():
     extra = sorted(set(env) - set(wanted))
     assert not missing, f"in pyproject.toml but not in environment.yml: {missing}"
     assert not extra, f"in environment.yml but not in pyproject.toml (dependencies or the " \
-                      f"test extra): {extra}"
+                      f"course extra): {extra}"
     differ = {n: (str(wanted[n]), str(env[n])) for n in wanted if wanted[n] != env[n]}
     assert not differ, f"specifiers differ (pyproject, environment.yml): {differ}"
     conda_names = sorted(re.split(r"[=<>!~ ]", c)[0] for c in conda)

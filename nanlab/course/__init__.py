@@ -18,12 +18,19 @@ What a lab imports, in one line:
 >>> from nanlab.course import check, hint, predict, practice, solution, start_lab, show_progress
 """
 
-from nanlab.course import progress
-from nanlab.course.checks import check, hint, predict, solution, start_lab
-from nanlab.course.progress import show_progress
-from nanlab.course.questions import practice
-from nanlab.course.rubric import KeyPoint, WrongClaim, score_answer
-from nanlab.course.widgets import FreeText, MultipleChoice, Ordering, RootCause
+from nanlab.guard.framework import require
+
+# The course needs the ``course`` extra: without it, one line naming the extra instead of
+# "No module named 'ipywidgets'" (jupytext and nbclient are imported where they are used).
+require("ipywidgets", "course")
+require("nbformat", "course")
+
+from nanlab.course import progress  # noqa: E402
+from nanlab.course.checks import check, hint, predict, solution, start_lab  # noqa: E402
+from nanlab.course.progress import show_progress  # noqa: E402
+from nanlab.course.questions import practice  # noqa: E402
+from nanlab.course.rubric import KeyPoint, WrongClaim, score_answer  # noqa: E402
+from nanlab.course.widgets import FreeText, MultipleChoice, Ordering, RootCause  # noqa: E402
 
 __all__ = ["FreeText", "KeyPoint", "MultipleChoice", "Ordering", "RootCause", "WrongClaim",
            "check", "hint", "practice", "predict", "progress", "score_answer", "show_progress",

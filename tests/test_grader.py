@@ -232,3 +232,15 @@ def test_a_huge_answer_is_refused_in_one_line_not_scanned():
     assert result.score == 0.0 and not result.passed
     assert len(result.feedback.splitlines()) == 1 and f"{MAX_ANSWER_CHARS:,}" in result.feedback
     assert q.score(q.answer).passed
+
+
+def test_skipping_the_bad_batch_is_not_inspecting_it():
+    """The SOP's first step is a claim (inspect the failing batch), not the topic: an
+    answer that throws the batch away names it without checking it."""
+    from nanlab.interview import get_question
+
+    q = get_question("sop-order")
+    skip = q.score("I would skip the bad batch and carry on from the last good checkpoint.")
+    assert "data first" not in skip.present
+    look = q.score("First I inspect the bad batch for NaN inputs and out-of-range labels.")
+    assert "data first" in look.present

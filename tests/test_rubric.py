@@ -408,3 +408,52 @@ def test_good_chinese_answers_to_large_run_questions_score_high(qid, answer):
 
     result = get_question(qid).score(answer)
     assert result.score == 1.0 and not result.wrong, (result.missing, result.wrong)
+
+
+@pytest.mark.parametrize("answer, credited", [
+    ("If that isn't enough I study per-layer gradient norms over the steps.", True),
+    ("If it still doesn't converge, I study per-layer gradient norms over the steps.", True),
+    ("如果还不行就看每层的梯度范数，找出最早爆掉的那一层。", True),
+    ("I would not study per-layer gradient norms over the steps here.", False),
+    ("If you don't log per-layer gradient norms you never learn which layer broke.", False),
+    ("如果不看每层的梯度范数，就找不到最早爆掉的那一层。", False),
+])
+def test_a_negation_inside_a_condition_does_not_reach_the_main_clause(answer, credited):
+    """"If that isn't enough I study X" says X: the negation is the condition's own
+    ("isn't enough"), and the main clause after its subject is not negated. A negation
+    that reaches its phrase inside the condition still negates it."""
+    point = KeyPoint("grad norms", ("per-layer gradient", "每层的梯度范数"))
+    assert (score_answer(answer, [point]).score == 1.0) is credited, answer
+
+
+@pytest.mark.parametrize("answer", [
+    "第二步关掉mixed precision，或者从fp16换成bf16。",
+    "第二步关掉AMP再重跑出问题的那一步。",
+    "第四步看每一层的gradient norm历史曲线，找出最早爆掉的那一层。",
+])
+def test_a_chinese_phrase_matches_with_the_english_term_mixed_in(answer):
+    """Engineers write 关掉mixed precision as often as 关掉混合精度: a Chinese phrasing
+    also matches with the English term in place of the Chinese one."""
+    points = [KeyPoint("AMP off", ("关掉混合精度",)), KeyPoint("grad norms", ("每一层的梯度",))]
+    assert score_answer(answer, points).present, answer
+
+
+def test_a_filler_adverb_inside_a_phrase_does_not_break_it():
+    point = KeyPoint("data first", ("step one is the input",))
+    answer = "Step one is always the input: check it for NaN and out-of-range labels."
+    assert score_answer(answer, [point]).score == 1.0
+    assert score_answer("Step one is never the input, it is the LR schedule.", [point]).score == 0
+
+
+def test_leaving_out_the_first_step_of_an_ordered_answer_is_out_of_order():
+    """Where the order is the point, an answer that starts at a later step puts that
+    step first: it is capped even though the steps it names are in order."""
+    steps = [KeyPoint("data first", ("check the data",)),
+             KeyPoint("AMP off", ("amp off",)), KeyPoint("LR / 10", ("lower the lr",)),
+             KeyPoint("grad norms", ("per-layer grad",))]
+    answer = ("I rerun the failing step with AMP off in fp32. Then I lower the LR by ten from "
+              "a good checkpoint. Then I log per-layer grad norms to name the layer.")
+    result = score_answer(answer, steps, ordered=True)
+    assert result.score == 0.4 and result.out_of_order == ["AMP off", "data first"]
+    assert "'AMP off' comes first, without 'data first'" in result.feedback
+    assert score_answer(answer, steps).passed  # three of four, where order is not scored

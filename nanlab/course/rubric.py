@@ -14,6 +14,11 @@ Matching
     a Chinese synonym matches as a substring and spaces between characters do not
     matter. A multi-word English synonym also matches written as one word
     (``warm up`` matches ``warmup``; hyphens split words, so ``warm-up`` matches too).
+    A Chinese synonym also matches with the English term engineers mix in for one of its
+    Chinese terms (``关掉混合精度`` matches ``关掉mixed precision`` and ``关掉AMP``;
+    ``学习率降`` matches ``learning rate降``; the table is ``wording._CODE_SWITCH``). A
+    filler adverb (``always``, ``usually``, ``just``, ...) may stand between the words
+    of a synonym: ``step one is the input`` matches "step one is always the input".
 
 Core and bonus points, one pass mark
     A question's key points are claims. The core points (2 to 4) decide the score: the
@@ -42,16 +47,21 @@ Negation and dismissal
     words (``NEGATION_WINDOW_CJK`` Chinese characters) away; a comma, a colon or a word
     such as ``but``, ``then``, ``because``, ``if`` ends its reach, and so does ``is`` /
     ``are`` for a negation in the subject ("no growth before it is bad data" does not
-    negate "bad data"); two negations side by side cancel. A dismissal counts as a
-    negation too, before the phrase ("the last thing I would do is ...", "a waste of
-    time to ...", 忽略) or after it ("... is a waste of time", "... is pointless", 没必要,
-    多余), within ``DISMISS_WINDOW_WORDS``. A key point about what something does *not*
-    do lists its phrases under ``denied``: they count only when negated ("clipping does
-    not cure a gradient that is *already NaN*").
+    negate "bad data"); two negations side by side cancel. A negation inside an ``if``
+    clause ("if that isn't enough", 如果还不行) is the condition's own: it does not reach
+    past a subject (I, we, 我, 就) or more than ``CONDITION_NEGATION_WORDS`` words, so
+    "if that isn't enough I study per-layer gradient norms" says the study. A dismissal
+    counts as a negation too, before the phrase ("the last thing I would do is ...", "a
+    waste of time to ...", 忽略) or after it ("... is a waste of time", "... is
+    pointless", 没必要, 多余), within ``DISMISS_WINDOW_WORDS``. A key point about what
+    something does *not* do lists its phrases under ``denied``: they count only when
+    negated ("clipping does not cure a gradient that is *already NaN*").
 
 Order
     ``score_answer(..., ordered=True)`` is for questions whose steps are the point (the
-    SOP): core points said out of their listed order cap the score at ``ORDER_CAP``.
+    SOP): core points said out of their listed order cap the score at ``ORDER_CAP``, and
+    so does leaving out the first step while saying a later one (the later step is then
+    what the answer does first).
 
 Wrong claims (``must_not``)
     A question can list claims a good answer must not make (``WrongClaim``). A wrong
@@ -82,6 +92,7 @@ from dataclasses import dataclass, field
 
 from nanlab.course.wording import (  # noqa: F401  (normalize, stem, tokens, clauses: the API)
     CJK_WORD_WEIGHT,
+    CONDITION_NEGATION_WORDS,
     LIST_ITEM_WORDS,
     NEGATION_WINDOW_CJK,
     NEGATION_WINDOW_WORDS,
@@ -291,8 +302,7 @@ def score_answer(
     denied_only = [p.name for p in points
                    if p.name in negated and p.name not in named and p.name not in credited]
     score = sum(p.name in credited for p in core) / len(core)
-    out_of_order = _out_of_order([p.name for p in core if p.name in where], where) if ordered \
-        else []
+    out_of_order = _out_of_order([p.name for p in core], where) if ordered else []
     if wrong:
         score = min(score, WRONG_CLAIM_CAP)
     if out_of_order:
@@ -304,14 +314,22 @@ def score_answer(
     return result
 
 
-def _out_of_order(names: list[str], where: dict[str, tuple[int, int]]) -> list[str]:
-    """The first pair of points (in their listed order) that the answer said the other way round.
+def _out_of_order(steps: list[str], where: dict[str, tuple[int, int]]) -> list[str]:
+    """The first pair of steps (in their listed order) that the answer said the other way round.
+
+    ``where`` holds the credited steps. Leaving out the first step while crediting a later
+    one is out of order too: the later step is then what the answer does first.
 
     >>> _out_of_order(["data", "amp"], {"data": (2, 0), "amp": (0, 5)})
     ['amp', 'data']
     >>> _out_of_order(["data", "amp"], {"data": (0, 1), "amp": (0, 5)})
     []
+    >>> _out_of_order(["data", "amp", "lr"], {"amp": (0, 5), "lr": (1, 0)})
+    ['amp', 'data']
     """
+    names = [name for name in steps if name in where]
+    if names and names[0] != steps[0]:
+        return [min((where[name], name) for name in names)[1], steps[0]]
     for i, first in enumerate(names):
         for later in names[i + 1:]:
             if where[later] < where[first]:
@@ -341,8 +359,9 @@ def _feedback(
         lines += [f"- {claim}" + (f": {why}" if why else "") for claim, why in wrong]
     if result.out_of_order:
         later, first = result.out_of_order
+        said = "comes before" if first in result.present else "comes first, without"
         lines.append(f"Out of order, so the score is capped at {ORDER_CAP:.0%}: "
-                     f"'{later}' comes before '{first}' in your answer; the order is the point.")
+                     f"'{later}' {said} '{first}' in your answer; the order is the point.")
     gaps = [m for m in result.missing
             if m not in result.unexplained and m not in result.negated]
     if gaps:

@@ -61,6 +61,29 @@ _DISMISS_AFTER = (  # "X is a waste of time", "X 没必要": X is dismissed
 )
 DISMISS_WINDOW_WORDS = 8
 """A dismissal ("a waste of time", 没必要) reaches at most this many words (characters)."""
+CONDITION_NEGATION_WORDS = 2
+"""A negation inside an ``if`` clause ("if that isn't enough") reaches at most this many
+words: what follows is the main clause, which the condition does not negate."""
+_CLAUSE_STARTS = frozenset({"i", "we", "you", "they", "he", "she", "我", "就"})
+"""A subject (or 就) after a conditional negation starts the main clause: "if that isn't
+enough I study ...", 如果还不行就看 ..."""
+_FILLERS = frozenset({
+    "always", "usually", "typically", "normally", "generally", "simply", "just", "really",
+    "actually", "definitely", "also", "quickly", "carefully",
+})
+"""Adverbs that may stand between the words of a phrase: "step one is always the input"
+says "step one is the input". Never the first word of a match."""
+_CODE_SWITCH = (  # a Chinese phrase also matches with the English term engineers mix in
+    ("梯度范数", ("gradient norm", "grad norm")),
+    ("混合精度", ("mixed precision", "amp")),
+    ("学习率", ("learning rate", "lr")),
+    ("初始化", ("init", "initialization")),
+    ("检查点", ("checkpoint",)),
+    ("梯度", ("gradient", "grad")),
+    ("数据", ("data",)),
+    ("批次", ("batch",)),
+    ("标签", ("label",)),
+)
 _CONDITIONS = frozenset({"if", "unless", "when", "whenever", "若", "如"})
 _NOT_A_CONDITION_BEFORE = frozenset("例比譬")  # 例如, 比如: for example
 _CJK_NOT_NEGATIONS = (  # words that contain a negation character but negate nothing
@@ -149,10 +172,25 @@ def _is_cjk(token: str) -> bool:
     return len(token) == 1 and ("\u3400" <= token <= "\u4dbf" or "\u4e00" <= token <= "\u9fff")
 
 
+def _code_switched(phrase: str) -> list[str]:
+    """The phrase, plus its forms with Chinese terms said in English (``_CODE_SWITCH``).
+
+    >>> _code_switched("关掉混合精度")
+    ['关掉混合精度', '关掉 mixed precision', '关掉 amp']
+    >>> _code_switched("检查点")
+    ['检查点']
+    """
+    forms = [phrase]
+    for zh, english in _CODE_SWITCH:
+        forms += [f.replace(zh, f" {en} ").strip() for f in forms if zh in f for en in english]
+    # a bare term (检查点) would become one English word (checkpoint): a topic, not a claim
+    return [f for f in forms if f is phrase or any(_is_cjk(c) for c in f)]
+
+
 def _patterns(phrases: Sequence[str]) -> list[list[str]]:
     """Stemmed token sequences for each phrase, plus a joined form of multi-word ones."""
     seen: list[list[str]] = []
-    for phrase in phrases:
+    for phrase in (form for text in phrases for form in _code_switched(text)):
         raw = tokens(normalize(phrase))
         if not raw:
             continue
@@ -166,10 +204,28 @@ def _patterns(phrases: Sequence[str]) -> list[list[str]]:
     return seen
 
 
-def _find(seq: list[str], pattern: list[str]) -> list[int]:
-    """Start indices where ``pattern`` occurs in ``seq``."""
-    n = len(pattern)
-    return [i for i in range(len(seq) - n + 1) if seq[i : i + n] == pattern]
+def _find(seq: list[str], pattern: list[str]) -> list[tuple[int, int]]:
+    """(start, end) of each place where ``pattern`` occurs in ``seq``.
+
+    A filler adverb (``_FILLERS``) may stand between two of its words.
+
+    >>> _find(["step", "one", "is", "alway", "the", "input"], ["step", "one", "is", "the"])
+    [(0, 5)]
+    """
+    out = []
+    for i in range(len(seq) - len(pattern) + 1):
+        if seq[i] != pattern[0]:
+            continue
+        k, m = i + 1, 1
+        while m < len(pattern) and k < len(seq):
+            if seq[k] == pattern[m]:
+                m += 1
+            elif seq[k] not in _FILLER_STEMS:
+                break
+            k += 1
+        if m == len(pattern):
+            out.append((i, k))
+    return out
 
 
 def _weight(words: set[str] | list[str]) -> float:
@@ -228,8 +284,7 @@ def _dismissals(stems: list[str]) -> tuple[list, list]:
     spans = ([], [])
     for side, phrases in enumerate((_DISMISS_BEFORE_P, _DISMISS_AFTER_P)):
         for pattern in phrases:
-            for i in _find(stems, pattern):
-                spans[side].append((i, i + len(pattern)))
+            spans[side].extend(_find(stems, pattern))
     return spans
 
 
@@ -269,7 +324,7 @@ def _negated(raw: list[str], part: list[int], neg: list[bool], start: int) -> bo
             near = (chars <= NEGATION_WINDOW_CJK) if _is_cjk(raw[i]) else (
                 words <= NEGATION_WINDOW_WORDS)
             double = any(neg[j] and part[j] == part[start] for j in range(max(0, i - 2), i))
-            return near and not double
+            return near and not double and not _condition_ends(raw, part, i, start)
         if _is_cjk(raw[i]):
             chars += 1
         else:
@@ -279,9 +334,26 @@ def _negated(raw: list[str], part: list[int], neg: list[bool], start: int) -> bo
     return False
 
 
-def _conditional(raw: list[str], part: list[int], start: int) -> bool:
-    """Whether an ``if`` (如果, 若) earlier in the same part makes the phrase a condition."""
-    for i in range(start - 1, -1, -1):
+def _condition_ends(raw: list[str], part: list[int], at: int, start: int) -> bool:
+    """Whether the negation at ``at`` sits in an ``if`` clause that ends before ``start``.
+
+    "If that isn't enough I study per-layer gradient norms": the negation belongs to the
+    condition, whose predicate is a word or two long; a subject (or 就) or more than
+    ``CONDITION_NEGATION_WORDS`` words later, the main clause has begun, un-negated.
+    """
+    if not _conditional(raw, part, at, reach=5):
+        return False
+    between = raw[at + 1 : start]
+    return _weight(between) > CONDITION_NEGATION_WORDS or any(
+        t in _CLAUSE_STARTS for t in between)
+
+
+def _conditional(raw: list[str], part: list[int], start: int, reach: int = 0) -> bool:
+    """Whether an ``if`` (如果, 若) earlier in the same part makes the phrase a condition.
+
+    With ``reach``, the ``if`` must stand at most that many tokens before ``start``.
+    """
+    for i in range(start - 1, max(-1, start - 1 - reach) if reach else -1, -1):
         if part[i] != part[start]:
             return False
         if raw[i] in _CONDITIONS and not (i > 0 and raw[i - 1] in _NOT_A_CONDITION_BEFORE):
@@ -293,8 +365,7 @@ def _matches(stems, patterns, raw, part, neg, want_negated: bool, dismiss=((), (
     """(start, end) of each occurrence of a pattern, negated (or dismissed) or not as wanted."""
     out = []
     for pattern in patterns:
-        for i in _find(stems, pattern):
-            j = i + len(pattern)
+        for i, j in _find(stems, pattern):
             negated = _negated(raw, part, neg, i) != _dismissed(raw, part, i, j, dismiss)
             if negated == want_negated:
                 out.append((i, j))
@@ -302,5 +373,6 @@ def _matches(stems, patterns, raw, part, neg, want_negated: bool, dismiss=((), (
 
 
 
+_FILLER_STEMS = frozenset(stem(w) for w in _FILLERS)
 _DISMISS_BEFORE_P = _patterns(_DISMISS_BEFORE)
 _DISMISS_AFTER_P = _patterns(_DISMISS_AFTER)

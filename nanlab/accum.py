@@ -21,8 +21,9 @@ gradient of the whole batch:
   changes) before accumulation is complete, the next backward pass will add scaled grads
   to unscaled grads").
 
-``accum_norm="mean_of_means"`` and ``scaler_update`` other than "step" are the bugs,
-written as real training loops write them (the ``grad_accum`` fault family).
+The bugs, a mean of the means and a scaler updated inside the loop, are written as real
+training loops write them in the ``grad_accum`` fault family (nanlab.faults.grad_accum),
+which hands this loop its own ``weight`` and ``after_backward``.
 
 >>> from nanlab.train import TrainConfig, Trainer
 >>> trainer = Trainer(TrainConfig(accum_steps=4, progress=False))
@@ -102,40 +103,47 @@ def target_count(batch: Any) -> int:
     return int((labels[-1] != IGNORE_INDEX).sum())
 
 
-def accumulate(trainer: StepParts, batch: Any, loss_fn) -> torch.Tensor:
+def token_weight(n: int, total: int, k: int) -> float | None:
+    """A micro-batch's weight: its share ``n / total`` of the step's unmasked targets;
+    None (left out) for one with no target, which would add 0 / 0. A step with no
+    target at all weighs each by ``1 / k``, so its loss stays the NaN it is.
+
+    >>> token_weight(62, 248, 4), token_weight(0, 248, 4), token_weight(0, 0, 4)
+    (0.25, None, 0.25)
+    """
+    if total == 0:
+        return 1 / k
+    return n / total if n else None
+
+
+def accumulate(trainer: StepParts, batch: Any, loss_fn, weight=token_weight,
+               after_backward=None) -> torch.Tensor:
     """Forward and backward over ``config.accum_steps`` micro-batches into ``p.grad``;
     returns the step's loss (detached). The caller unscales, clips and steps once.
 
-    The default weights each micro-batch's mean loss by ``n_i / N``; with
-    ``accum_norm="mean_of_means"`` every weight is ``1 / accum_steps``. With
-    ``scaler_update="micro_batch"`` the scaler is updated after every micro-batch (a
-    misplaced line); with ``"unscale_micro_batch"`` each micro-batch is unscaled first,
-    as a loop does that clips or logs per micro-batch (a second ``unscale_`` before
-    ``update()`` raises "unscale_() has already been called on this optimizer since the
-    last update()", torch/amp/grad_scaler.py).
+    ``weight(n, total, k)`` weighs each micro-batch's mean loss (default:
+    :func:`token_weight`); ``after_backward(trainer)``, if given, runs after each
+    micro-batch's backward pass. A loop with bugs passes its own (nanlab.faults.grad_accum).
 
     >>> from nanlab.train import TrainConfig, Trainer
     >>> trainer = Trainer(TrainConfig(accum_steps=2, progress=False))
     >>> round(accumulate(trainer, trainer.batches(0), trainer.loss_fn).item(), 1)
     3.5
     """
-    c, scaler = trainer.config, trainer.scaler
-    micro = split_batch(batch, c.accum_steps)
+    k, scaler = trainer.config.accum_steps, trainer.scaler
+    micro = split_batch(batch, k)
     counts = [target_count(m) for m in micro]
     total = sum(counts)
-    by_tokens = c.accum_norm == "tokens" and total > 0  # no target at all: 0 / 0 stays NaN
     trainer.optimizer.zero_grad(set_to_none=True)
     step_loss = torch.zeros((), device=trainer.device)
     for m, n in zip(micro, counts, strict=True):
-        if by_tokens and n == 0:
+        w = weight(n, total, k)
+        if w is None:
             continue  # a sum over no target: adds exactly 0
-        weight = n / total if by_tokens else 1 / c.accum_steps
         with trainer.autocast():
-            loss = loss_fn(trainer.model, m) * weight
+            loss = loss_fn(trainer.model, m) * w
         (scaler.scale(loss) if scaler else loss).backward()
         step_loss = step_loss + loss.detach().float()
-        if scaler and c.scaler_update != "step":
-            if c.scaler_update == "unscale_micro_batch":
-                scaler.unscale_(trainer.optimizer)  # the sum so far, now in true units
-            scaler.update()  # resets the scaler's per-optimizer state: unscale_ may run again
+        if after_backward is not None:
+            after_backward(trainer)
     return step_loss

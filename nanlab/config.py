@@ -13,6 +13,22 @@ from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.model import GPTConfig
 
 PRECISIONS = ("fp32", "fp16", "bf16", "fp16-pure")
+# Fault switches that older manifests hold, with their off value: each fault now acts
+# through a lever on the built run (nanlab.faults), recorded as the manifest's "fault".
+RETIRED = {"loss_impl": "torch", "accum_norm": "tokens", "scaler_update": "step",
+           "freeze": "", "freeze_until": 0}
+RETIRED_MODEL = {"softmax": "stable", "pos_offset": 0, "mlp_bias_init": 0.0,
+                 "init_scale": 1.0, "norm_impl": "torch"}
+
+
+def _without_retired(d: dict, retired: dict, prefix: str) -> dict:
+    for name, off in retired.items():
+        if name in d and d[name] != off:
+            raise NanlabError(
+                f"this manifest sets {prefix}{name}={d[name]!r}, a fault switch of an older "
+                "nanlab; faults are now levers recorded under the manifest's \"fault\": "
+                "rerun the fault with this version (nanlab run --fault NAME)")
+    return {k: v for k, v in d.items() if k not in retired}
 RESUMABLE = ("optimizer", "scheduler")  # state a resume can forget (TrainConfig.resume_skips)
 
 
@@ -57,38 +73,26 @@ class TrainConfig:
     # the last token id, model.vocab_size - 1); 0 = no padding.
     pad_prob: float = 0.0
     z_loss: float = 0.0  # weight of the z-loss, z * log(Z)^2 (PaLM used 1e-4); 0 = off
-    # "torch" is F.cross_entropy (log-softmax with the max subtracted); "naive" is the
-    # hand-written -log(exp(l_y) / sum(exp(l))) of many custom losses: exp overflows once
-    # a logit passes ~88.7 in fp32, but ~11.1 in fp16.
-    loss_impl: str = "torch"
     checkpoint_every: int = 50  # 0 = no checkpoints
     # A job restart (a preemption) before step ``restart_at``: the run saves a checkpoint
     # there and resumes from it (torch.save, then torch.load(weights_only=True)). The
     # weights, the step, the data position and the RNG always load; ``resume_skips``
     # names the state the resume code forgets, which then starts fresh as a new process
     # builds it: "optimizer" (a new AdamW: m = v = 0, step 0) and / or "scheduler" (the
-    # LR schedule from step 0: warmup again, then the peak). 0 = no restart.
+    # LR schedule from step 0: warmup again, then the peak). 0 = no restart. What a
+    # resume loads is a real setting of large-run frameworks (Megatron-LM's
+    # --no-load-optim, "Do not load optimizer when loading checkpoint", in
+    # megatron/training/arguments.py, _add_checkpointing_args).
     restart_at: int = 0
     resume_skips: tuple = ()
     # Warm the LR up again over this many steps after the restart (linear, from
     # 1 / restart_warmup of the scheduled LR): what a resume with a fresh optimizer does
     # when the old state cannot be loaded (a changed parameter set). 0 = off.
     restart_warmup: int = 0
-    # A freeze done by zeroing gradients (a gradient mask): the parameters whose names
-    # contain ``freeze`` get a gradient of exactly 0 before step ``freeze_until``. The
-    # optimizer still steps them, so Adam's step count advances while m = v = 0.
-    freeze: str = ""
-    freeze_until: int = 0
     # Gradient accumulation: each step's batch is cut into this many micro-batches, each
     # forward and backward on its own, one optimizer step on the summed gradients
-    # (nanlab.accum). 1 = one pass over the whole batch. ``accum_norm`` "tokens" weights
-    # each micro-batch's mean loss by its share of the step's unmasked targets;
-    # "mean_of_means" averages the means (a bug). ``scaler_update`` "step" unscales and
-    # updates the GradScaler once per optimizer step; "micro_batch" updates it after
-    # every micro-batch, "unscale_micro_batch" unscales and updates it there (bugs).
+    # (nanlab.accum). 1 = one pass over the whole batch.
     accum_steps: int = 1
-    accum_norm: str = "tokens"
-    scaler_update: str = "step"
     record_every: int = 10  # per-layer statistics every this many steps; 0 = never
     out_dir: str | None = None  # None keeps everything in memory
     progress: bool = True
@@ -106,7 +110,7 @@ class TrainConfig:
         check_range("seed", self.seed, 0, 2**63 - 1, integer=True)  # torch.manual_seed's range
         for name, low in (("steps", 1), ("warmup_steps", 0), ("batch_size", 2),
                           ("checkpoint_every", 0), ("record_every", 0), ("restart_at", 0),
-                          ("restart_warmup", 0), ("freeze_until", 0), ("accum_steps", 1)):
+                          ("restart_warmup", 0), ("accum_steps", 1)):
             check_range(name, getattr(self, name), low, integer=True)
         if self.decay_steps is not None:
             check_range("decay_steps", self.decay_steps, 1, integer=True)
@@ -115,14 +119,8 @@ class TrainConfig:
                            ("grad_clip", None), ("pad_prob", 1.0), ("z_loss", 1.0)):
             check_range(name, getattr(self, name), 0.0, high)
         for name, allowed in (("precision", PRECISIONS), ("optimizer", ["adamw", "sgd"]),
-                              ("schedule", ["cosine", "constant"]),
-                              ("loss_impl", ["torch", "naive"]),
-                              ("accum_norm", ["tokens", "mean_of_means"]),
-                              ("scaler_update", ["step", "micro_batch", "unscale_micro_batch"])):
+                              ("schedule", ["cosine", "constant"])):
             check_choice(name, getattr(self, name), allowed)
-        if not isinstance(self.freeze, str):
-            raise NanlabError(f"freeze={self.freeze!r} is not allowed; give a part of a "
-                              "parameter name (e.g. 'mlp.c_fc'), or '' for none")
         if isinstance(self.resume_skips, str):
             self.resume_skips = (self.resume_skips,)
         if not isinstance(self.resume_skips, (tuple, list)):
@@ -149,6 +147,20 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
+        """The config a manifest holds. A run folder written before a fault's switch left
+        the config (it is now a lever, recorded under the manifest's "fault") still loads
+        when the switch was off; one that was on is refused in a line.
+
+        >>> TrainConfig.from_dict({"steps": 5, "loss_impl": "torch"}).steps
+        5
+        >>> TrainConfig.from_dict({"loss_impl": "naive"})
+        Traceback (most recent call last):
+        ...
+        nanlab.errors.NanlabError: this manifest sets loss_impl='naive', a fault switch ...
+        """
+        d = _without_retired(d, RETIRED, "")
+        if isinstance(d.get("model"), dict):
+            d = {**d, "model": _without_retired(d["model"], RETIRED_MODEL, "model.")}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

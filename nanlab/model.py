@@ -6,9 +6,11 @@ see ``q @ k.T``, the softmax and the place where numbers get large; each of thos
 steps is its own small module, so forward hooks (and ``nanlab`` tools built on them)
 can name it.
 
-Every switch that a fault or an experiment of the course needs is a config field:
-norm eps and implementation, init scheme and scale, depth, QK-norm, stable or naive
-softmax, logit soft-capping, positional encoding, activation, and a float feature path.
+The config holds the hyperparameters a real model has and the course's experiments vary:
+norm eps, init scheme, depth, norms and residual connections, QK-norm, logit
+soft-capping, positional encoding, activation, a padding token, and a float feature
+path. No field exists only for a fault: a fault acts on the built model through the
+mechanism a real run has (a swapped module, a hook, a loss wrapper; nanlab.faults).
 
 >>> from nanlab.model import GPT, GPTConfig
 >>> model = GPT(GPTConfig())
@@ -35,11 +37,11 @@ MEMORY_SHARE = 0.5  # a model may take at most this share of the machine's memor
 class GPTConfig:
     """Shape and numerics of the toy model. Defaults give the clean baseline.
 
-    Every fault of the model flips one field; a bad value is refused with its range.
+    A bad value is refused with its range.
 
     >>> GPTConfig().n_layer, GPTConfig().norm_eps
     (2, 1e-05)
-    >>> tiny = GPTConfig(norm_eps=1e-12, norm_impl="manual")   # the tiny-eps fault
+    >>> tiny = GPTConfig(norm_eps=0.0)   # the tiny-eps fault's norm eps
     >>> GPTConfig(n_embd=65)
     Traceback (most recent call last):
     ...
@@ -52,32 +54,17 @@ class GPTConfig:
     n_head: int = 4
     n_embd: int = 64
     n_features: int = 1  # float channels per token, projected into the residual stream; 0 = none
-    # Norms. "torch" is F.layer_norm, which computes in fp32 inside even for fp16 input;
-    # "manual" is the hand-written (x - mean) / sqrt(var + eps) many codebases use,
-    # which computes in the input dtype, so a tiny eps can round to zero in fp16.
-    norm_impl: str = "torch"
     norm_eps: float = 1e-5
-    # Init: normal(0, init_std) as in GPT-2, or xavier / kaiming; init_scale multiplies
-    # every weight matrix afterwards (the "bad init" knob).
-    init: str = "normal"
+    init: str = "normal"  # normal(0, init_std) as in GPT-2, or xavier / kaiming
     init_std: float = 0.02
-    init_scale: float = 1.0
     qk_norm: bool = False  # LayerNorm on q and k before the dot product (Wortsman et al. 2023)
     # Logit soft-capping, cap * tanh(x / cap): a score can never pass the cap. Gemma 2 uses
     # 50 for the attention logits and 30 for the final logits (nanlab.cures); None = off.
     # Named as in Hugging Face's Gemma2Config, so one cure sets both models the same way.
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
-    # "stable" subtracts the row max before exp; "naive" is exp(x) / sum(exp(x)) in the
-    # scores' own dtype (autocast off for it, no cast), which overflows once a score
-    # passes ~88.7 in fp32 or ~11.1 in fp16, on the CPU and on CUDA alike.
-    softmax: str = "stable"
     pos_encoding: str = "learned"  # "learned" | "sinusoidal"
-    # Absolute position of the first token, for a stream that keeps counting across
-    # windows (sinusoidal only). Past 65504 a position id no longer fits in fp16.
-    pos_offset: int = 0
     activation: str = "gelu"  # "gelu" | "relu" | "sigmoid"
-    mlp_bias_init: float = 0.0  # a large negative value kills ReLU units from the start
     use_norms: bool = True  # False removes every LayerNorm: the deep-stack experiments
     residual: bool = True  # False makes each block replace x instead of adding to it
     embed_norm: bool = False  # LayerNorm straight after the token embedding (BLOOM-style)
@@ -124,18 +111,11 @@ class GPTConfig:
                 f"it must be a multiple of n_head={self.n_head}"
             )
         self._check_fits_in_memory()
-        check_choice("GPTConfig.norm_impl", self.norm_impl, ["torch", "manual"])
         check_range("GPTConfig.norm_eps", self.norm_eps, 0.0, 1.0)
         check_choice("GPTConfig.init", self.init, ["normal", "xavier", "kaiming"])
         check_range("GPTConfig.init_std", self.init_std, 0.0, 100.0)
-        check_range("GPTConfig.init_scale", self.init_scale, 0.0, 1e6)
-        check_choice("GPTConfig.softmax", self.softmax, ["stable", "naive"])
         check_choice("GPTConfig.pos_encoding", self.pos_encoding, ["learned", "sinusoidal"])
         check_choice("GPTConfig.activation", self.activation, ["gelu", "relu", "sigmoid"])
-        check_range("GPTConfig.pos_offset", self.pos_offset, 0, integer=True)
-        if self.pos_offset and self.pos_encoding == "learned":
-            raise NanlabError(f"GPTConfig.pos_offset={self.pos_offset} needs "
-                              "pos_encoding='sinusoidal'; a learned table has block_size rows")
         for name in ("attn_logit_softcapping", "final_logit_softcapping"):
             cap = getattr(self, name)
             if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
@@ -152,10 +132,11 @@ class GPTConfig:
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm with a choice of arithmetic (see ``GPTConfig.norm_impl``).
+    """LayerNorm, by ``F.layer_norm`` (the model's) or written by hand (``impl="manual"``,
+    the (x - mean) / sqrt(var + eps) many codebases use, for Lab 06's comparison).
 
     A row with zero variance in fp16: the hand-written norm's eps rounds to 0 and the
-    row becomes 0 / 0 = NaN; ``F.layer_norm`` ("torch") computes in fp32 inside.
+    row becomes 0 / 0 = NaN; ``F.layer_norm`` computes in fp32 inside.
 
     >>> x = torch.ones(1, 4, dtype=torch.float16)
     >>> bool(LayerNorm(4, eps=1e-12, impl="manual").half()(x).isnan().all())
@@ -164,7 +145,7 @@ class LayerNorm(nn.Module):
     True
     """
 
-    def __init__(self, dim: int, eps: float, impl: str):
+    def __init__(self, dim: int, eps: float, impl: str = "torch"):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
@@ -220,28 +201,18 @@ class AttentionScores(nn.Module):
 
 
 class Softmax(nn.Module):
-    """Softmax over the last dim, stable (max subtracted first) or naive.
+    """Softmax over the last dim, written out: the row max is subtracted before exp, so
+    every exp is at most 1 and nothing overflows (a module of its own, so a hook or a
+    fault's swap can reach it: nanlab.faults.precision.NaiveSoftmax).
 
-    >>> x = torch.tensor([1000.0, 0.0])
-    >>> Softmax("naive")(x), Softmax("stable")(x)   # naive: exp(1000) = inf, inf / inf
-    (tensor([nan, 0.]), tensor([1., 0.]))
+    >>> Softmax()(torch.tensor([1000.0, 0.0]))
+    tensor([1., 0.])
     """
 
-    def __init__(self, kind: str):
-        super().__init__()
-        self.kind = kind
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kind == "stable":
-            # exp(x - max) <= 1, so nothing overflows; masked -inf entries give exp = 0.
-            x = x - x.amax(-1, keepdim=True)
-            e = torch.exp(x)
-            return e / e.sum(-1, keepdim=True)
-        # naive, and kept out of autocast without x.float(): every op runs in x's dtype
-        # (fp16 scores stay fp16 on CPU and CUDA alike); exp(11.1) is inf in fp16
-        with torch.autocast(x.device.type, enabled=False):
-            e = torch.exp(x)
-            return e / e.sum(-1, keepdim=True)  # inf / inf = NaN
+        x = x - x.amax(-1, keepdim=True)  # masked -inf entries give exp = 0
+        e = torch.exp(x)
+        return e / e.sum(-1, keepdim=True)
 
 
 class CausalSelfAttention(nn.Module):
@@ -260,12 +231,12 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
         head_size = config.n_embd // config.n_head
         if config.qk_norm:
-            self.q_norm = LayerNorm(head_size, config.norm_eps, config.norm_impl)
-            self.k_norm = LayerNorm(head_size, config.norm_eps, config.norm_impl)
+            self.q_norm = LayerNorm(head_size, config.norm_eps)
+            self.k_norm = LayerNorm(head_size, config.norm_eps)
         else:
             self.q_norm = self.k_norm = None
         self.scores = AttentionScores(config.attn_logit_softcapping)
-        self.softmax = Softmax(config.softmax)
+        self.softmax = Softmax()
         mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
         self.register_buffer("causal_mask", mask, persistent=False)
 
@@ -316,7 +287,7 @@ class Block(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        norm = (lambda: LayerNorm(config.n_embd, config.norm_eps, config.norm_impl)) \
+        norm = (lambda: LayerNorm(config.n_embd, config.norm_eps)) \
             if config.use_norms else nn.Identity
         self.ln_1 = norm()
         self.attn = CausalSelfAttention(config)
@@ -379,7 +350,7 @@ class GPT(nn.Module):
             if config.vocab_partitions == 1 else VocabParallelEmbedding(
                 config.vocab_size, config.n_embd, config.vocab_partitions,
                 padding_idx=config.pad_id)
-        self.embed_norm = LayerNorm(config.n_embd, config.norm_eps, config.norm_impl) \
+        self.embed_norm = LayerNorm(config.n_embd, config.norm_eps) \
             if config.embed_norm else None
         if config.pos_encoding == "learned":
             self.wpe = nn.Embedding(config.block_size, config.n_embd)
@@ -387,7 +358,7 @@ class GPT(nn.Module):
             self.wpe = SinusoidalPositions(config.n_embd)
         self.feat_proj = nn.Linear(config.n_features, config.n_embd) if config.n_features else None
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
-        self.ln_f = LayerNorm(config.n_embd, config.norm_eps, config.norm_impl) \
+        self.ln_f = LayerNorm(config.n_embd, config.norm_eps) \
             if config.use_norms else nn.Identity()
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.apply(self._init_weights)
@@ -401,15 +372,11 @@ class GPT(nn.Module):
                 nn.init.xavier_normal_(module.weight)
             else:
                 nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
-            with torch.no_grad():
-                module.weight.mul_(c.init_scale)
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
             if isinstance(module, nn.Embedding) and module.padding_idx is not None:
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()  # and its gradient stays zero
-        if isinstance(module, MLP):
-            nn.init.constant_(module.c_fc.bias, c.mlp_bias_init)
 
     def forward(
         self,
@@ -420,7 +387,7 @@ class GPT(nn.Module):
         """tokens (B, T) long; features (B, T, n_features) float; positions (T,) long."""
         B, T = tokens.shape
         if positions is None:
-            positions = torch.arange(T, device=tokens.device) + self.config.pos_offset
+            positions = torch.arange(T, device=tokens.device)
         x = self.wte(tokens)  # (B, T, C)
         if self.embed_norm is not None:
             x = self.embed_norm(x)  # a zero (padding) row has variance 0 here

@@ -221,15 +221,11 @@ class Trainer(Resumable):
         self.batches = batches if batches is not None else default_task(config)
         parts = config.model.vocab_partitions
         self.loss_fn = loss_fn or (
-            partial(lm_loss, z_loss=config.z_loss, naive=config.loss_impl == "naive",
-                    vocab_partitions=parts)
-            if config.z_loss or config.loss_impl != "torch" or parts > 1 else lm_loss)
+            partial(lm_loss, z_loss=config.z_loss, vocab_partitions=parts)
+            if config.z_loss or parts > 1 else lm_loss)
+        # The micro-batch loop (nanlab.accum); a grad_accum fault swaps in a loop with a bug.
+        self.accumulate = accumulate
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self._frozen = [p for n, p in self.model.named_parameters()
-                        if config.freeze and config.freeze in n and p.requires_grad]
-        if config.freeze and config.freeze_until and not self._frozen:
-            raise NanlabError(f"freeze={config.freeze!r} matches no parameter name of "
-                              f"{type(self.model).__name__}")
         self.optimizer = optimizer or self._make_optimizer()
         self.lr_scale = 1.0  # tools that cut the LR (recovery) multiply this
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -369,7 +365,7 @@ class Trainer(Resumable):
         batch = to_device(batch, self.device, self.input_dtype)
         with half_matmul(self.device, self.config.precision):  # fp16 GEMMs as a GPU does
             if self.config.accum_steps > 1:  # micro-batches into p.grad (nanlab.accum)
-                loss = accumulate(self, batch, loss_fn or self.loss_fn)
+                loss = self.accumulate(self, batch, loss_fn or self.loss_fn)
             else:
                 with self.autocast():
                     loss = (loss_fn or self.loss_fn)(self.model, batch)
@@ -382,10 +378,6 @@ class Trainer(Resumable):
             for grad in [p.grad for p in self.params if p.grad is not None]:
                 grad.mul_(inv)
         self._unscaled = self.scaler is not None
-        if self.step < self.config.freeze_until:
-            for p in self._frozen:  # the gradient mask of a freeze: exactly 0
-                if p.grad is not None:
-                    p.grad.zero_()
         clip = self.config.grad_clip
         norm = (torch.nn.utils.clip_grad_norm_(self.params, clip) if clip > 0
                 else global_grad_norm(self.params))

@@ -113,11 +113,12 @@ print("changed from the baseline:", sorted(config_changes(m)))
 
 
 # %% [markdown]
-# Two changes beyond the run length: **fp16 mixed precision** and `loss_impl="naive"`, a
-# hand-written cross-entropy (as custom label-smoothing or distillation losses often
-# are). A config diff is not a diagnosis, but it says which SOP steps will matter. A
-# real team's manifest also needs the **data version** (a dataset hash or snapshot id);
-# here the seed is the data version (the data is generated from it).
+# One change beyond the run length: **fp16 mixed precision**. The cause is not in the
+# config: this run's loss is a cross-entropy written by hand (as custom label-smoothing
+# or distillation losses often are), and code is not a config field. A config diff is
+# not a diagnosis, but it says which SOP steps will matter. A real team's manifest also
+# needs the **data version** (a dataset hash or snapshot id); here the seed is the data
+# version (the data is generated from it).
 #
 # ### 1b. The first bad step
 # Everything after the first non-finite step is consequence; the cause is at or before

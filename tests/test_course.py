@@ -340,7 +340,7 @@ def test_first_code_cell_of_a_lab_says_how_to_install_nanlab_where_it_is_missing
     missing = subprocess.run([sys.executable, "-S", "-c", course.INSTALL_CHECK], cwd=tmp_path,
                              capture_output=True, text=True)  # -S: no site-packages, no nanlab
     assert missing.returncode == 0, missing.stderr
-    assert "nanlab is not installed" in missing.stdout and "%pip install" in missing.stdout
+    assert "nanlab[course] is not installed" in missing.stdout and "%pip install" in missing.stdout
     present = subprocess.run([sys.executable, "-c", course.INSTALL_CHECK], cwd=tmp_path,
                              capture_output=True, text=True)
     assert present.returncode == 0 and present.stdout == ""

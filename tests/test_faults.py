@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from foreign_models import TinyEncoderLM, classifier_loss, lm_batches, lm_loss
+from shared_runs import shared_run
 
 from nanlab import faults
 from nanlab.data import CountingTask
@@ -36,10 +37,17 @@ def observed(run) -> str:
 STEPS = {"sigmoid_chain": 60, "dead_relu": 100}
 
 
+def default_run(name: str) -> faults.FaultRun:
+    """The default variant, stopped once poisoned: the run test_diagnose diagnoses (checkpoints
+    every 10 steps, which change nothing in the numbers), trained once per session."""
+    return shared_run(name, checkpoint_every=10, stop_when_poisoned=True,
+                      **({"steps": STEPS[name]} if name in STEPS else {}))
+
+
 @pytest.mark.parametrize("name", sorted(faults.FAULTS))
 def test_default_variant_shows_its_signature_within_300_steps(name):
     fault = faults.get_fault(name)
-    run = faults.run_fault(name, steps=STEPS.get(name, 200), stop_when_poisoned=True)
+    run = default_run(name)
     assert observed(run) == fault.signature, run.record.summary()
     assert judge(run).kind == fault.signature, judge(run)  # the library's one judge agrees
     if fault.signature in ("nonfinite", "error"):
@@ -52,7 +60,7 @@ def test_nonfinite_comes_from_arithmetic_not_from_state(name):
     """Training starts from finite weights, the step before the first bad one is finite,
     and for every fault that is not dirty data each batch is finite too: the NaN is made
     by the arithmetic of the forward pass, the backward pass or the optimizer update."""
-    run = faults.run_fault(name, steps=200, stop_when_poisoned=True, checkpoint_every=1)
+    run = default_run(name)  # checkpoint 0 is the only one read
     bad = run.record.first_nonfinite_step
     start = run.trainer.checkpoints.load(0)
     assert all(torch.isfinite(v).all() for v in start["model"].values() if v.is_floating_point())
@@ -75,11 +83,11 @@ def test_zero_std_batch_holds_only_finite_numbers_until_standardised():
 
 def test_fp16_overflow_needs_fp16():
     """The hand-written loss overflows once the model is confident: in fp16 only."""
-    fp16 = faults.run_fault("fp16_overflow")
+    fp16 = shared_run("fp16_overflow")
     assert 40 <= fp16.record.first_nonfinite_step <= 150
     for fix in ("amp_off", "bf16"):  # the same run, seed and loss in fp32 and in bf16
-        run = faults.run_fault("fp16_overflow", fixes=[fix])
-        assert run.trainer.config.loss_impl == "naive"
+        run = shared_run("fp16_overflow", fixes=[fix])  # test_cuda_parity reads the bf16 one
+        assert "naive_cross_entropy" in repr(run.trainer.loss_fn)  # the same loss
         assert run.record.first_nonfinite_step is None, fix
 
 
@@ -99,19 +107,19 @@ def test_lr_div10_does_not_cure_dirty_data():
 
 def test_validate_data_cures_dirty_data():
     for name in ("nan_input", "all_masked", "zero_std", "illegal_label"):
-        run = faults.run_fault(name, fixes=["validate_data"], steps=60)
+        run = shared_run(name, fixes=["validate_data"], steps=60)  # nan_input's: test_interview
         assert run.error is None and run.record.first_nonfinite_step is None, name
         assert [e["kind"] for e in run.record.events] == ["bad_batch"], name
         assert run.record.events[0]["batch"] == 40
 
 
 def test_recoverable_spike_and_unrecoverable_divergence():
-    spike = faults.run_fault("lr_jump")
+    spike = default_run("lr_jump")  # no NaN: stopping when poisoned changes nothing
     losses = spike.record.losses()
     spikes = [s for s in find_spikes(losses) if s >= 10]
     assert spikes and spikes[0] in (100, 101)
     assert recovery_steps(losses, spikes[0]) is not None
-    diverged = faults.run_fault("high_lr_adam").record.losses()
+    diverged = default_run("high_lr_adam").record.losses()
     assert np.isfinite(diverged).all() and final_loss(diverged) > 1.0
 
 
@@ -216,7 +224,7 @@ def test_inject_refuses_what_needs_the_builtin_model():
 # -- the fault x fix matrix ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def clean_final():
-    return final_loss(faults.run_fault(None).record.losses())
+    return final_loss(shared_run(None).record.losses())  # test_optimizer_state's too
 
 
 @pytest.mark.parametrize("name", [n for n, f in sorted(faults.FAULTS.items()) if f.cure])

@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from nanlab.cli import main
+from nanlab.config import TrainConfig
 from nanlab.debug.diagnose import diagnose, load_run
 from nanlab.errors import NanlabError
 from nanlab.faults import fault_config, mystery, run_fault
@@ -23,10 +24,10 @@ def test_no_mystery_fault_is_named_by_its_config():
     for name in ("resume_fresh_optimizer", "accum_mean_of_means", "scaler_update_micro_batch",
                  "adam_unfreeze_spike"):
         assert name not in mystery.POOL
+    clean = TrainConfig().to_dict()
     for name in mystery.POOL:
         config = fault_config(name).to_dict()
-        assert not config.get("resume_skips") and config.get("accum_norm", "tokens") != \
-            "mean_of_means" and not config.get("freeze"), name
+        assert all(config[k] == clean[k] for k in mystery.NAMES_THE_BUG), name
 
 
 def test_bad_seed_pool_and_token_are_clear_errors():

@@ -61,7 +61,8 @@ class Mystery:
     def replay(self, *fixes: str) -> FaultRun:
         """The same run (seed, data, steps) with nanlab fixes applied."""
         for fix in fixes:
-            if not get_fix(fix).applies(self.run.trainer.config):
+            if not get_fix(fix).applies(self.run.trainer.config, build=lambda c: (
+                    build_fault_trainer(self._fault, c, {}))):
                 raise ValueError(f"{fix!r} changes nothing in this run (e.g. AMP off "
                                  "on a run that is fp32 already): skip this SOP step")
         return self._hide(run_fault(self._fault, fixes=list(fixes), stop_when_poisoned=True,

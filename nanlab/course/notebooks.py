@@ -59,15 +59,17 @@ INSTALL_ID = "install-check"
 # kernel from another environment) it says how to install it, instead of the next cell
 # failing with a bare ImportError. Silent where nanlab is installed.
 INSTALL_CHECK = """\
-# Is nanlab installed in this kernel's environment? (Silent when it is.)
+# Is nanlab, with its course extra, installed in this kernel's environment? (Silent when it is.)
 import importlib.util
 import sys
 
-if importlib.util.find_spec("nanlab") is None:
-    print("nanlab is not installed for this kernel (" + sys.executable + ").\\n"
-          "- Colab or any notebook: run  %pip install 'git+<URL of the nanlab repository>'\\n"
+if importlib.util.find_spec("nanlab") is None or importlib.util.find_spec("ipywidgets") is None:
+    print("nanlab[course] is not installed for this kernel (" + sys.executable + ").\\n"
+          "- Colab or any notebook: run  %pip install 'nanlab[course] @ git+<URL of the "
+          "nanlab repository>'\\n"
           "  then restart the kernel (Colab: Runtime > Restart session).\\n"
-          "- A clone of the repository: run  make lab  in it, or  pip install -e <clone>.")"""
+          "- A clone of the repository: run  make lab  in it, or  "
+          "pip install -e '<clone>[course]'.")"""
 
 
 class CourseError(NanlabError):

@@ -5,8 +5,9 @@ data check must look at them, not only at the step's whole batch: a batch with t
 can hold a micro-batch without any. Two kinds of evidence, both read from the run:
 
 - the micro-batches of the steps up to the symptom, rebuilt from the batch source: how
-  many unmasked targets each holds, against the loop's normalisation (a mean of means
-  lets a short micro-batch's tokens weigh more; an empty one is 0 / 0);
+  many unmasked targets each holds, against the loop's normalisation, asked of the loop
+  itself by one pass (a mean of means lets a short micro-batch's tokens weigh more; an
+  empty one is 0 / 0);
 - the crash: PyTorch's own GradScaler assertions name an update() or unscale_() in the
   wrong place (torch/amp/grad_scaler.py).
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from nanlab.accum import split_batch, target_count
 from nanlab.batches import to_device
 from nanlab.debug.checks import Case, Outcome, register_check
@@ -27,6 +30,7 @@ WINDOW = 30  # the steps before the symptom whose micro-batches are read
 SHORT = 0.1  # a micro-batch with under 10 % of the largest one's targets is short
 AGREE = 2.0  # rounding moves a gradient's norm by far less; any loop bug by more
 SCALE_LEFT = 100.0  # a norm 100x too small under a GradScaler: the scale is still in it
+LOOP_AGREE = 0.01  # a loop's loss within 1 % of the whole batch's: it weighs by targets
 SCALER_ERRORS = ("No inf checks were recorded prior to update",
                  "unscale_() has already been called on this optimizer since the last update")
 
@@ -46,9 +50,36 @@ def micro_batch_counts(run, until: int) -> dict[int, list[int]]:
             for r in rows}
 
 
-def check_accumulation(run, step: int | None):
+def averages_means(run, build, batch_index: int) -> bool:
+    """Does the run's micro-batch loop average the micro-batches' means? Asked of the loop
+    itself, not of a setting: a fresh trainer (``build``, the run's levers in) runs its
+    loop once on that step's batch and once as one plain pass over the whole batch; a
+    loop that weighs each micro-batch by its targets gives the whole batch's mean loss
+    (up to rounding), a mean of means does not where the micro-batches' counts differ.
+    Without ``build`` the run's own trainer is asked.
+
+    Example::
+
+        run = faults.run_fault("accum_masked_micro_batch", at_step=3, steps=4)
+        averages_means(run, lambda c: faults.build_fault_trainer(
+            "accum_masked_micro_batch", c, {"at_step": 3}), 3)   # True: 0 / 0 in the loop
+    """
+    fresh = build(run.trainer.config.replace(out_dir=None, progress=False)) \
+        if build is not None else run.trainer
+    batch = to_device(fresh.batches(batch_index), fresh.device, fresh.input_dtype)
+    looped = float(fresh.accumulate(fresh, batch, fresh.loss_fn))
+    with torch.no_grad(), fresh.autocast():
+        whole = float(fresh.loss_fn(fresh.model, batch))
+    fresh.optimizer.zero_grad(set_to_none=True)
+    if not math.isfinite(whole):
+        return False  # the whole batch has no target either: nothing to tell them apart
+    return not math.isfinite(looped) or abs(looped - whole) > LOOP_AGREE * abs(whole)
+
+
+def check_accumulation(run, step: int | None, build=None):
     """(the fault the evidence points to, the evidence in words), or (None, None) when the
     run does not accumulate or nothing in its micro-batches or its crash explains it.
+    ``build`` makes a fresh trainer of the run (:func:`averages_means`).
 
     >>> from nanlab import faults
     >>> run = faults.run_fault("accum_masked_micro_batch", at_step=3, steps=4)
@@ -63,17 +94,21 @@ def check_accumulation(run, step: int | None):
             f"the run accumulates {config.accum_steps} micro-batches per "
             f"step and crashed in the GradScaler at step {run.error_step}: {run.error} "
             "(update() or unscale_() inside the micro-batch loop)")
-    if config.accum_norm != "mean_of_means" or not run.record.steps:
+    if not run.record.steps:
         return None, None
     until = step if step is not None else run.record.steps[-1]["step"]
     counts = micro_batch_counts(run, until)
     empty = [s for s, c in counts.items() if min(c) == 0 and max(c) > 0]
+    short = [s for s, c in counts.items() if max(c) and min(c) < SHORT * max(c)]
+    batch_of = {r["step"]: r["batch"] for r in run.record.steps}
+    uneven = step if step in empty else (short[0] if short else None)
+    if uneven is None or not averages_means(run, build, batch_of[uneven]):
+        return None, None  # the loop weighs by targets: uneven micro-batches do no harm
     if step in empty:
         return "accum_masked_micro_batch", (
             f"step {step}'s micro-batches hold {counts[step]} unmasked "
             "targets: one holds none, its mean loss is 0 / 0, and the loop averages the "
             "micro-batches' means")
-    short = [s for s, c in counts.items() if max(c) and min(c) < SHORT * max(c)]
     if short:
         c = counts[short[0]]
         return "accum_mean_of_means", (
@@ -115,8 +150,7 @@ def audit_gradient(run, build, until: int | None = None) -> tuple[str | None, st
     batch = to_device(fresh.batches(rows[start]["batch"]), fresh.device)
     fresh.optimizer.zero_grad(set_to_none=True)
     fresh.loss_fn(fresh.model, batch).float().backward()
-    frozen = {id(p) for p in fresh._frozen} if start < config.freeze_until else set()
-    reference = global_grad_norm([p for p in fresh.params if id(p) not in frozen]).item()
+    reference = global_grad_norm(fresh.params).item()  # a fault's freeze hook zeroed its own
     recorded = rows[start]["grad_norm"]
     if not reference or 1 / AGREE <= recorded / reference <= AGREE:
         return None, None
@@ -141,7 +175,7 @@ def _check(case: Case) -> Outcome | None:
 
     detail = text = None
     if case.symptom != "healthy":
-        detail, text = check_accumulation(case.run, case.step)
+        detail, text = check_accumulation(case.run, case.step, case.build)
     if detail is None:
         detail, text = audit_gradient(case.run, case.build, case.step)
     if detail is not None:

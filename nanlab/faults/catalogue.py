@@ -83,14 +83,19 @@ class Param:
 class Fault:
     """A documented cause of a loss spike or NaN, as data plus two small functions.
 
-    ``conditions(p)`` returns the TrainConfig changes the built-in run needs (e.g. fp16,
-    a deep stack); ``install(injection, p)`` sets up the fault itself through the
-    injection's levers; ``foreign(injection, p)`` does on someone else's model what the
-    conditions do on the toy one, or is None when that makes no sense, and ``refusal``
-    then says why in one line. ``check(injection, p)`` runs first in :func:`inject`,
-    before any change: it refuses, in one line, a model or batch that lacks what the
-    fault needs, so an instructor learns it before training, not at the fault's step.
-    The built-in run calls neither ``check`` nor ``foreign``.
+    ``conditions(p)`` returns the TrainConfig changes the built-in run needs: real
+    hyperparameters only (fp16, an LR, a deep stack), never a switch that exists for a
+    fault. ``on_toy(injection, p)`` is the fault's own act on the built-in run, through
+    a lever (a swapped module, a hook, a loss wrapper, a micro-batch loop with a bug;
+    ``injection.trainer`` is the built-in trainer), so the config a learner reads does
+    not name the cause and the manifest's "fault" replays it. ``install(injection, p)``
+    sets up the fault through the injection's levers on any run; ``foreign(injection,
+    p)`` does on someone else's model what the conditions and ``on_toy`` do on the toy
+    one, or is None when that makes no sense, and ``refusal`` then says why in one line.
+    ``check(injection, p)`` runs first in :func:`inject`, before any change: it refuses,
+    in one line, a model or batch that lacks what the fault needs, so an instructor
+    learns it before training, not at the fault's step. The built-in run calls neither
+    ``check`` nor ``foreign``; :func:`inject` never calls ``on_toy``.
 
     >>> fault = get_fault("tiny_eps")
     >>> fault.family, fault.reveals, fault.cure, fault.signature
@@ -112,6 +117,7 @@ class Fault:
     signature: str  # what a run with this fault shows (one of SIGNATURES)
     params: dict[str, Param] = field(default_factory=dict)
     conditions: Callable[[dict], dict] = lambda p: {}
+    on_toy: Callable[[Injection, dict], None] = lambda inj, p: None
     install: Callable[[Injection, dict], None] = lambda inj, p: None
     foreign: Callable[[Injection, dict], None] | None = None
     refusal: str = ""  # why ``foreign`` is None: what the user must build instead

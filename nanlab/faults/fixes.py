@@ -83,8 +83,24 @@ class Fix:
             return None
         return config.replace(**changes)
 
-    def applies(self, config: TrainConfig) -> bool:
-        return self.change(config) is not None
+    def applies(self, config: TrainConfig,
+                build: Callable[[TrainConfig], Trainer] | None = None) -> bool:
+        """Whether the fix changes anything: in the config, or else (given ``build``, which
+        makes the run's trainer, its fault's levers in) on the built run, decided without
+        training (a fix for a fault's swapped softmax acts only where one was swapped in).
+
+        >>> get_fix("amp_off").applies(TrainConfig()), get_fix("amp_off").applies(
+        ...     TrainConfig(precision="bf16"))
+        (False, True)
+        """
+        if self.change(config) is not None:
+            return True
+        if build is None:
+            return False
+        try:
+            return bool(self.install(build(config.replace(out_dir=None, progress=False))))
+        except NotApplicable:
+            return False
 
 
 @dataclass(frozen=True)
@@ -383,10 +399,35 @@ def is_hf_model(model: nn.Module) -> bool:
 
 
 def _reinit_foreign(trainer: Trainer) -> list[str]:
-    """sane_init on a model nanlab did not make (the toy's init is in its config)."""
-    if isinstance(trainer.model, GPT):
-        return []
-    return reinit(trainer.model)
+    """sane_init on a model nanlab did not make; on the toy (whose init is in its config)
+    the GPT-2 recipe's zero biases, where a fault set them after the init."""
+    if not isinstance(trainer.model, GPT):
+        return reinit(trainer.model)
+    biased = [m for m in trainer.model.modules()
+              if isinstance(m, nn.Linear) and m.bias is not None and bool(m.bias.any())]
+    for m in biased:
+        nn.init.zeros_(m.bias)
+    return [f"{len(biased)} Linear biases -> 0"] if biased else []
+
+
+def _stable_softmax(trainer: Trainer) -> list[str]:
+    """Torch's cross-entropy and a max-subtracting softmax in place of hand-written ones:
+    every NaiveSoftmax module swapped back, the loss unwrapped."""
+    from functools import partial
+
+    from nanlab.faults.precision import NaiveSoftmax, naive_cross_entropy, swap_softmaxes
+    from nanlab.model import Softmax
+
+    done = []
+    n = swap_softmaxes(trainer.model, Softmax, (NaiveSoftmax,))
+    if n:
+        done.append(f"{n} hand-written softmax{'es' if n > 1 else ''} -> max subtracted")
+    loss = trainer.loss_fn
+    if isinstance(loss, partial) and loss.keywords.get("cross_entropy") is naive_cross_entropy:
+        keywords = {k: v for k, v in loss.keywords.items() if k != "cross_entropy"}
+        trainer.loss_fn = partial(loss.func, *loss.args, **keywords)
+        done.append("hand-written cross-entropy -> F.cross_entropy")
+    return done
 
 
 def _log_cure(cure) -> Callable:
@@ -461,10 +502,10 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
     Fix("sane_init", "the GPT-2 recipe: normal(0, 0.02) init, zero biases, pre-LN blocks "
         "with residuals",
         lambda c: _only(
-            (c.model.init, c.model.init_std, c.model.init_scale, c.model.mlp_bias_init,
-             c.model.use_norms, c.model.residual) != ("normal", 0.02, 1.0, 0.0, True, True),
-            {"model": {"init": "normal", "init_std": 0.02, "init_scale": 1.0,
-                       "mlp_bias_init": 0.0, "use_norms": True, "residual": True}}),
+            (c.model.init, c.model.init_std, c.model.use_norms, c.model.residual)
+            != ("normal", 0.02, True, True),
+            {"model": {"init": "normal", "init_std": 0.02, "use_norms": True,
+                       "residual": True}}),
         _reinit_foreign, sop_step="init_eps"),
     Fix("modern_block", "the pre-LN block: LayerNorm, residual connections, GELU",
         lambda c: _only(
@@ -476,9 +517,7 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
         lambda c: _only(c.model.norm_eps < EPS_FLOOR, {"model": {"norm_eps": EPS_FLOOR}}),
         _raise_norm_eps, sop_step="init_eps"),
     Fix("stable_softmax", "subtract the row max before exp (attention and loss)",
-        lambda c: _only(c.model.softmax != "stable" or c.loss_impl != "torch",
-                        {"model": {"softmax": "stable"}, "loss_impl": "torch"}),
-        sop_step="amp"),
+        lambda c: None, _stable_softmax, sop_step="amp"),
     Fix("qk_norm", "LayerNorm on queries and keys",
         lambda c: _only(not c.model.qk_norm, {"model": {"qk_norm": True}}), sop_step="amp"),
     Fix("z_loss", "add 1e-4 * log(Z)^2 to the loss",

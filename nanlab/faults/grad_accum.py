@@ -3,7 +3,9 @@
 Each fault is a real accumulation loop (:mod:`nanlab.accum`): micro-batches, each with
 its own forward and backward, summed in ``p.grad``, one optimizer step. What goes wrong
 is the loop's own arithmetic: how the micro-batch losses are normalised, or when the
-GradScaler is updated. The cures are the two fixes at the end of this module.
+GradScaler is updated. On the built-in run each fault swaps the trainer's loop for one
+with its bug (``Trainer.accumulate``: :func:`mean_of_means`, :func:`update_per_micro_batch`);
+the cures, the two fixes at the end of this module, swap the correct loop back.
 
 >>> from nanlab.faults import FAULTS, get_fault
 >>> get_fault("accum_masked_micro_batch").cure
@@ -14,11 +16,14 @@ GradScaler is updated. The cures are the two fixes at the end of this module.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
+from nanlab.accum import accumulate
 from nanlab.data import IGNORE_INDEX
 from nanlab.faults.catalogue import Fault, Param, register
-from nanlab.faults.fixes import FIXES, Fix, _only
+from nanlab.faults.fixes import FIXES, Fix
 
 ACCUM = Param(4, 2, 64, help="micro-batches per optimizer step (the batch of 32 is cut "
                              "into this many)")
@@ -40,6 +45,53 @@ def _first_micro_batch_keeps(accum: int, keep: int):
 def _short_micro_batches(inj, p: dict) -> None:
     for step in range(p["at_step"], p["at_step"] + p["length"]):
         inj.edit_labels(step, _first_micro_batch_keeps(p["accum_steps"], p["keep"]))
+
+
+def mean_of_means(n: int, total: int, k: int) -> float:
+    """The buggy weight: every micro-batch's mean loss divided by the number of
+    micro-batches, ``loss / accum_steps``, whatever its target count (0 included).
+
+    >>> mean_of_means(1, 745, 4), mean_of_means(0, 744, 4)
+    (0.25, 0.25)
+    """
+    return 1 / k
+
+
+def update_per_micro_batch(trainer, unscale: bool = False) -> None:
+    """The misplaced lines, after each micro-batch's backward: ``scaler.update()``
+    (and ``scaler.unscale_()`` before it, as a loop that clips or logs per micro-batch
+    does); ``update`` resets the scaler's per-optimizer state, so unscale_ may run again.
+
+    Example::
+
+        trainer.accumulate = partial(accumulate, after_backward=update_per_micro_batch)
+    """
+    if trainer.scaler is not None:
+        if unscale:
+            trainer.scaler.unscale_(trainer.optimizer)  # the sum so far, now in true units
+        trainer.scaler.update()
+
+
+def _loop_with(**bug):
+    """An on_toy lever: the trainer's micro-batch loop, with the bug's parts."""
+    def lever(inj, p: dict) -> None:
+        inj.trainer.accumulate = partial(accumulate, **{
+            k: v(p) if k == "after_backward" else v for k, v in bug.items()})
+    return lever
+
+
+def _correct_loop(part: str):
+    """A fix's install: the trainer's loop without the bug's ``part`` (its own default)."""
+    def install(trainer) -> list[str]:
+        loop = trainer.accumulate
+        if not isinstance(loop, partial) or part not in loop.keywords:
+            return []
+        rest = {k: v for k, v in loop.keywords.items() if k != part}
+        trainer.accumulate = partial(accumulate, **rest) if rest else accumulate
+        return [{"weight": "micro-batch losses weighted by their share of the step's "
+                           "targets",
+                 "after_backward": "GradScaler unscale_/update once per optimizer step"}[part]]
+    return install
 
 
 IN_THE_LOOP = ("it is a bug in a gradient-accumulation loop, and inject() does not rewrite "
@@ -69,8 +121,9 @@ register(Fault(
             "length": Param(20, 1, 100_000, help="how many steps in a row have one"),
             "keep": Param(1, 1, 10_000, help="unmasked targets left in that micro-batch"),
             "accum_steps": ACCUM},
-    conditions=lambda p: {"accum_steps": p["accum_steps"], "accum_norm": "mean_of_means"},
-    install=_short_micro_batches, refusal=IN_THE_LOOP,
+    conditions=lambda p: {"accum_steps": p["accum_steps"]},
+    on_toy=_loop_with(weight=mean_of_means), install=_short_micro_batches,
+    refusal=IN_THE_LOOP,
 ))
 
 register(Fault(
@@ -91,7 +144,8 @@ register(Fault(
     params={"at_step": Param(40, 0, 100_000, help="the step whose first micro-batch is "
                                                    "all masked"),
             "accum_steps": ACCUM},
-    conditions=lambda p: {"accum_steps": p["accum_steps"], "accum_norm": "mean_of_means"},
+    conditions=lambda p: {"accum_steps": p["accum_steps"]},
+    on_toy=_loop_with(weight=mean_of_means),
     install=lambda inj, p: inj.edit_labels(p["at_step"],
                                            _first_micro_batch_keeps(p["accum_steps"], 0)),
     refusal=IN_THE_LOOP,
@@ -117,10 +171,9 @@ register(Fault(
     params={"accum_steps": ACCUM,
             "per_micro_batch": Param("update", choices=("update", "unscale_update"),
                                      help="what the loop calls after each micro-batch")},
-    conditions=lambda p: {"precision": "fp16", "accum_steps": p["accum_steps"],
-                          "scaler_update": {"update": "micro_batch",
-                                            "unscale_update": "unscale_micro_batch"}[
-                                                p["per_micro_batch"]]},
+    conditions=lambda p: {"precision": "fp16", "accum_steps": p["accum_steps"]},
+    on_toy=_loop_with(after_backward=lambda p: partial(
+        update_per_micro_batch, unscale=p["per_micro_batch"] == "unscale_update")),
     refusal=IN_THE_LOOP,
 ))
 
@@ -128,9 +181,8 @@ FIXES["token_weighted"] = Fix(
     "token_weighted", "gradient accumulation normalised by tokens: each micro-batch's mean "
     "loss weighted by its share of the step's unmasked targets (a micro-batch without any "
     "adds nothing)",
-    lambda c: _only(c.accum_steps > 1 and c.accum_norm != "tokens", {"accum_norm": "tokens"}),
-    sop_step="data")
+    lambda c: None, _correct_loop("weight"), sop_step="data")
 FIXES["scaler_update_per_step"] = Fix(
     "scaler_update_per_step", "GradScaler unscale_, step and update once per optimizer "
     "step, after the last micro-batch",
-    lambda c: _only(c.scaler_update != "step", {"scaler_update": "step"}), sop_step="amp")
+    lambda c: None, _correct_loop("after_backward"), sop_step="amp")

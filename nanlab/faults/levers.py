@@ -73,9 +73,10 @@ class Injection:
                  optimizer: torch.optim.Optimizer | None = None,
                  batches: Callable[[int], Any] | None = None,
                  inputs: str | int | None = None, labels: str | int | None = None,
-                 scheduler=None):
+                 scheduler=None, trainer=None):
         self.model, self.optimizer, self.source = model, optimizer, batches
         self.scheduler = scheduler
+        self.trainer = trainer  # the built-in run's Trainer, for a fault's on_toy levers
         self.inputs, self.labels = inputs, labels
         self.batch_faults: list[tuple[int, Callable[[Any], Any]]] = []
         self.step_hooks: list[Callable[[int], None]] = []

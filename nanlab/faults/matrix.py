@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from nanlab.errors import check_range
 from nanlab.faults import fixes as fixes_mod
 from nanlab.faults.catalogue import FAULTS, get_fault
-from nanlab.faults.run import FaultRun, fault_config, run_fault
+from nanlab.faults.run import FaultRun, build_fault_trainer, fault_config, run_fault
 from nanlab.judge import STREAK
 from nanlab.judge import judge as judge_run
 from nanlab.signals import final_loss
@@ -108,7 +108,8 @@ def run_cell(fault: str, fix: str | None, steps: int, seed: int, clean_final: fl
     ...          clean_final=0.03).outcome  # doctest: +SKIP
     'cured'
     """
-    if fix is not None and not fixes_mod.get_fix(fix).applies(fault_config(fault)):
+    if fix is not None and not fixes_mod.get_fix(fix).applies(
+            fault_config(fault), build=lambda c: build_fault_trainer(fault, c, {})):
         return Cell(fault, fix, "n/a", "the fix changes nothing in this run")
     run = _measure(fault, [fix] if fix else [], steps, seed)
     verdict = judge_run(run, clean=clean_final)

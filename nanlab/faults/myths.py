@@ -5,7 +5,40 @@ so on a model nanlab did not make they are refused with what to build instead.
 
 from __future__ import annotations
 
+from itertools import pairwise
+from typing import TYPE_CHECKING
+
+import torch.nn as nn
+
 from nanlab.faults.catalogue import Fault, Param, register
+
+if TYPE_CHECKING:
+    from nanlab.faults.levers import Injection
+
+
+def relu_feeders(model: nn.Module) -> list[nn.Module]:
+    """The Linear / Conv layers with a bias whose output goes straight into a ReLU: the
+    layer registered just before an ``nn.ReLU`` in the same parent (an MLP's first
+    Linear, a Sequential's layer before its ReLU).
+
+    >>> mlp = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 2))
+    >>> relu_feeders(mlp) == [mlp[0]]
+    True
+    """
+    found = []
+    for parent in model.modules():
+        children = list(parent.children())
+        for before, child in pairwise(children):
+            if isinstance(child, nn.ReLU) and isinstance(
+                    before, (nn.Linear, nn.modules.conv._ConvNd)) and before.bias is not None:
+                found.append(before)
+    return found
+
+
+def _dead_biases(inj: Injection, p: dict) -> None:
+    """Every bias feeding a ReLU set to ``bias`` after the model's own init."""
+    for layer in relu_feeders(inj.model):
+        nn.init.constant_(layer.bias, p["bias"])
 
 register(Fault(
     name="dead_relu", family="myth",
@@ -16,8 +49,8 @@ register(Fault(
     needs="ReLU with a bias of -10 and a plain stack (no residual), so nothing bypasses it",
     reveals="grad_norms", cure="sane_init", signature="stall",
     params={"bias": Param(-10.0, -1e3, 0.0)},
-    conditions=lambda p: {"model": {"activation": "relu", "mlp_bias_init": p["bias"],
-                                    "residual": False}},
+    conditions=lambda p: {"model": {"activation": "relu", "residual": False}},
+    on_toy=_dead_biases,
     refusal="dead ReLUs are a property of the architecture: ReLUs behind layers whose bias "
             "is -10, with no residual path around them, and nanlab cannot tell which layer "
             "feeds which ReLU in your model: set those biases yourself "

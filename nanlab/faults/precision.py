@@ -6,6 +6,11 @@ SOP step 2 (turn mixed precision off, try bf16) reveals them. On a model nanlab 
 make, ``fp16_overflow`` runs it the way CUDA fp16 autocast does (its matmul layers in
 fp16) and ``adam_eps_fp16`` makes it a pure-fp16 run; the two hand-written variants
 (a softmax, a sinusoidal position) live in the model's own code and are refused.
+
+On the built-in run each fault acts through a lever, never a config switch: the
+hand-written softmax is a module swapped in for the model's (:class:`NaiveSoftmax`),
+the hand-written loss wraps the objective (:func:`naive_cross_entropy`), and the
+absolute positions come from a forward pre-hook on the position encoding.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from nanlab.batches import map_tensors
+from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import Fault, Param, register
 
@@ -105,6 +111,76 @@ def _fp16_autocast(inj: Injection, p: dict) -> None:
         inj.hook(m.register_forward_hook(output))
 
 
+class NaiveSoftmax(nn.Module):
+    """exp(x) / sum(exp(x)) without subtracting the max, kept out of autocast without
+    ``x.float()``: every op runs in the scores' own dtype (fp16 stays fp16 on the CPU
+    and on CUDA alike), so it overflows once a score passes ~88.7 in fp32, ~11.1 in fp16.
+
+    >>> NaiveSoftmax()(torch.tensor([1000.0, 0.0]))   # exp(1000) = inf, inf / inf
+    tensor([nan, 0.])
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            e = torch.exp(x)
+            return e / e.sum(-1, keepdim=True)  # inf / inf = NaN
+
+
+def naive_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """-log(exp(l_y) / sum(exp(l))) written by hand, as custom label-smoothing or
+    distillation losses often are: no max subtracted, and out of autocast without
+    ``logits.float()``, so fp16 logits stay fp16 on any device (exp(11.1) is inf there).
+
+    >>> logits = torch.tensor([[12.0, 0.0]]).half()
+    >>> naive_cross_entropy(logits, torch.tensor([1])).item()   # -log(1 / inf)
+    inf
+    """
+    keep = targets != IGNORE_INDEX
+    with torch.autocast(logits.device.type, enabled=False):
+        e = torch.exp(logits[keep])
+        p = e.gather(1, targets[keep, None]) / e.sum(-1, keepdim=True)  # x / inf = 0
+        return -torch.log(p).mean()
+
+
+def swap_softmaxes(model: nn.Module, make: type[nn.Module], replace: tuple[type, ...]) -> int:
+    """Put ``make()`` in place of every module of a ``replace`` type; returns how many.
+
+    >>> net = nn.Sequential(nn.Linear(2, 2), nn.Softmax(dim=-1))
+    >>> swap_softmaxes(net, NaiveSoftmax, (nn.Softmax,)), type(net[1]).__name__
+    (1, 'NaiveSoftmax')
+    """
+    found = [(parent, name) for parent in model.modules()
+             for name, child in parent.named_children() if isinstance(child, replace)]
+    for parent, name in found:
+        setattr(parent, name, make())
+    return len(found)
+
+
+def _naive_softmax(inj: Injection, p: dict) -> None:
+    """The built-in model's softmaxes swapped for the hand-written one."""
+    from nanlab.model import Softmax
+
+    swap_softmaxes(inj.model, NaiveSoftmax, (Softmax,))
+
+
+def _naive_loss(inj: Injection, p: dict) -> None:
+    """The built-in run's loss computed by the hand-written cross-entropy."""
+    from functools import partial
+
+    inj.trainer.loss_fn = partial(inj.trainer.loss_fn, cross_entropy=naive_cross_entropy)
+
+
+def _absolute_positions(inj: Injection, p: dict) -> None:
+    """Positions that keep counting from ``offset``: a forward pre-hook on the model's
+    sinusoidal encoding adds it to the position ids it is given."""
+    from nanlab.model import SinusoidalPositions
+
+    for m in inj.model.modules():
+        if isinstance(m, SinusoidalPositions):
+            inj.hook(m.register_forward_pre_hook(
+                lambda module, args: (args[0] + p["offset"], *args[1:])))
+
+
 def _has_autocast_layers(inj: Injection, p: dict) -> None:
     inj._need("model", inj.model)
     if not autocast_layers(inj.model):
@@ -132,7 +208,7 @@ register(Fault(
           "fp16. On your model: values past 65504 (raw units, a large init); it warns "
           "when none shows",
     reveals="amp", cure="bf16", signature="nonfinite",
-    conditions=lambda p: {"precision": "fp16", "loss_impl": "naive"},
+    conditions=lambda p: {"precision": "fp16"}, on_toy=_naive_loss,
     foreign=_fp16_autocast, check=_has_autocast_layers,
 ))
 
@@ -148,7 +224,7 @@ register(Fault(
           "CPU only: CUDA autocast runs exp and sum in fp32, CPU autocast in fp16",
     reveals="amp", cure="stable_softmax", signature="nonfinite",
     params={"lr": Param(0.01, 1e-6, 10.0)},
-    conditions=lambda p: {"precision": "fp16", "lr": p["lr"], "model": {"softmax": "naive"}},
+    conditions=lambda p: {"precision": "fp16", "lr": p["lr"]}, on_toy=_naive_softmax,
     refusal="it is a softmax written by hand, exp(x) / exp(x).sum() on fp16 scores, in the "
             "model's own code, and nanlab does not rewrite your model (torch's softmax and "
             "scaled_dot_product_attention subtract the max first): write that softmax into "
@@ -166,8 +242,8 @@ register(Fault(
           "pure-bf16 model 70000..70031 all round to 70144, no NaN but no position either",
     reveals="amp", cure="bf16", signature="nonfinite",
     params={"offset": Param(70_000, 0, 10**9)},
-    conditions=lambda p: {"precision": "fp16-pure",
-                          "model": {"pos_encoding": "sinusoidal", "pos_offset": p["offset"]}},
+    conditions=lambda p: {"precision": "fp16-pure", "model": {"pos_encoding": "sinusoidal"}},
+    on_toy=_absolute_positions,
     refusal="it needs a sinusoidal position encoding computed in fp16 from absolute position "
             "ids, in the model's own code, and nanlab cannot add one to your model: feed "
             "positions past 65504 to such an encoding in a model.half() run to see it",

@@ -81,18 +81,22 @@ def run_fault(name: str | None, *, fixes=(), base: TrainConfig | None = None,
     config = base.replace(**fault.conditions(p)) if fault else base
     fixes = [fixes] if isinstance(fixes, str) else list(fixes)  # one name, not its letters
     fix_objs = [fixes_mod.get_fix(f) for f in fixes]
+    untouched = set()
     for fix in fix_objs:
         changed = fix.configure(config)
-        if changed is None:  # e.g. amp_off on a run that is already fp32
-            raise NanlabError(
+        if changed is None:  # nothing in the config; it may still act on the built run
+            untouched.add(fix.name)
+        else:
+            config = changed
+    trainer = build_fault_trainer(name, config, p)
+    for fix in fix_objs:
+        done = fix.install(trainer)
+        if fix.name in untouched and not done:  # e.g. amp_off on a run that is already fp32
+            raise fixes_mod.NotApplicable(
                 f"fix {fix.name!r} changes nothing in this run ({fix.summary}); a replay "
                 f"with it would be the same run. Pick a fix that applies (matrix: n/a)")
-        config = changed
-    trainer = build_fault_trainer(name, config, p)
     trainer.record.manifest["fixes"] = list(fixes)
     trainer.record.write_manifest()
-    for fix in fix_objs:
-        fix.install(trainer)
     if stop_when_poisoned:
         trainer.add_callback("on_step_end", stop_if_poisoned)
     for event, fn in callbacks:
@@ -119,7 +123,9 @@ def build_fault_trainer(name: str | None, config: TrainConfig, params: dict) -> 
     p = fault.resolve(**params)
     trainer.record.manifest["fault"] = {"name": name, "params": p}  # written by run()
     injection = Injection(trainer.model, trainer.optimizer, trainer.batches,
-                          inputs="features", labels="targets", scheduler=trainer.scheduler)
+                          inputs="features", labels="targets", scheduler=trainer.scheduler,
+                          trainer=trainer)
+    fault.on_toy(injection, p)
     fault.install(injection, p)
     trainer.batches = lambda i: injection.corrupt(i, injection.source(i))
     trainer.add_callback("on_step_start", lambda tr, info: injection.before_step(info.step))

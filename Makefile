@@ -55,6 +55,18 @@ test: setup  ## ruff (notebook sources too), the notebook sync checks, unit test
 	NANLAB_PROGRESS=$$(mktemp -d)/progress.json OMP_NUM_THREADS=1 $(NOTEBOOK_KERNELS) \
 		$(BIN)/python -m pytest $(PYTEST_ARGS) solutions labs --nbval-lax
 
+# The documentation site (mkdocs.yml, docs/): the library and the docs extra are all it needs
+DOCS_STAMP := $(VENV)/.nanlab-docs
+.PHONY: docs
+
+$(DOCS_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)  ## build the documentation site into site/, offline and strict (a broken link or anchor, or a page missing from the navigation, fails)
+	$(BIN)/mkdocs build --strict
+
 bench: setup  ## benchmarks: print numbers, assert nothing
 	for f in bench/bench_*.py; do $(BIN)/python $$f || exit 1; done
 

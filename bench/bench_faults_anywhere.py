@@ -2,13 +2,13 @@
 
 The models are the fault-anywhere suite's (``tests/foreign_models.py``: TinyEncoderLM, a
 VAE with a Gaussian decoder, a pre-norm encoder-decoder with key-padding masks, a 1-D
-conv regressor and an MLP regressor in raw units), each in the README's plain loop
+conv regressor and an MLP regressor in raw units), each in the instructors' plain loop
 (AdamW, 40 steps, one torch thread) with the fault applied by ``faults.inject``; a
 fault with a step strikes at step 10. A cell is "fires at k: how" (a crash, a non-finite
 loss, a loss 3x above the clean run's highest so far), "refuses: its line" (at inject
 time), "refuses mid-run" or "silent" ("warns" when the fault said its trigger never
-showed). ``--markdown`` prints the table as the README has it, with each fault's
-refusal line cut to its first clause.
+showed). ``--markdown`` prints the table as ``docs/guides/faults.md`` publishes it
+("Faults on your own model"), with each fault's refusal line cut to its first clause.
 
 Run:  .venv/bin/python bench/bench_faults_anywhere.py  [--faults nan_input ...] [--markdown]
 (about 30 s on 2 cores). The last line is JSON, to quote. Asserts nothing.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import runpy
 
 import torch
-from test_examples import ROOT, code_of, readme_blocks
+from test_examples import PAGES, ROOT, code_of, page_blocks
 
 
 def assert_ranks_agree(rank0: dict, rank1: dict, bad: int) -> None:
@@ -21,8 +21,9 @@ def assert_ranks_agree(rank0: dict, rank1: dict, bad: int) -> None:
 
 
 def assert_readme_example_survives(name: str, tmp_path, monkeypatch, capsys) -> None:
-    """examples/NAME is what the README shows, and it survives its NaN with one rollback."""
-    assert code_of(name) in readme_blocks(), "README's copy of the example is stale"
+    """examples/NAME is what its documentation page shows (the README shows ten lines of
+    one: tests/test_examples.py), and it survives its NaN with one rollback."""
+    assert code_of(name) in page_blocks(name), f"{PAGES[name]}'s copy of the example is stale"
     monkeypatch.chdir(tmp_path)  # its output folder
     runpy.run_path(str(ROOT / "examples" / name), run_name="__main__")
     out = capsys.readouterr().out

@@ -94,8 +94,9 @@ def test_doctests_pass(name, tmp_path, monkeypatch):
 
 def test_the_front_door_lists_a_small_public_api():
     """``nanlab.<name>`` for each public name: it loads, it has an example, and both
-    ``help(nanlab)`` and the README name it."""
+    ``help(nanlab)`` and the README name it, and the API reference documents it."""
     readme = (ROOT / "README.md").read_text()
+    reference = (ROOT / "docs" / "api.md").read_text()
     assert 5 <= len(nanlab.__all__) <= 15, nanlab.__all__
     for name in nanlab.__all__:
         obj = getattr(nanlab, name)
@@ -103,5 +104,7 @@ def test_the_front_door_lists_a_small_public_api():
             assert EXAMPLE.search(inspect.cleandoc(obj.__doc__ or "")), f"{name}: no example"
         assert re.search(rf"\b{name}\b", nanlab.__doc__), f"help(nanlab) does not name {name}"
         assert f"`{name}`" in readme, f"the README's public API does not name {name}"
+        assert re.search(rf"^::: nanlab\.[\w.]+\.{name}$", reference, re.M), \
+            f"docs/api.md does not document {name}"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         nanlab.nope  # noqa: B018

@@ -212,12 +212,12 @@ def test_lr_sweep_returns_a_row_per_run_and_counts_a_nan_run_as_loss_0():
     assert len(sweep.probes[("base", 1e-2)]) == 2  # steps 0 and 2
 
 
-def test_the_readme_example_runs_and_measures_every_tenth_step(capsys):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+def test_the_guides_example_runs_and_measures_every_tenth_step(capsys):
+    page = Path(__file__).resolve().parents[1] / "docs" / "guides" / "diagnose.md"
+    block = next(b for b in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
                  if "ModelProbe(model, every=10)" in b)
     scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)
+    exec(compile(block, str(page), "exec"), scope)
     steps, values = scope["probe"].series("max_attn_logit")
     assert steps == [0, 10, 20] and all(math.isfinite(v) for v in values)
     assert len(scope["probe"].rows[0]["attn_logit"]) == 2  # the two encoder layers

@@ -6,7 +6,11 @@ BIN    := $(VENV)/bin
 # `make test` nanlab[test] (the course, every other extra and the test tools)
 STAMP  := $(VENV)/.nanlab-installed
 LAB_STAMP := $(VENV)/.nanlab-course
-PYTEST_ARGS ?= -n 2 --dist loadfile
+# Unit tests a test at a time (worksteal: no worker idles while the other ends a long file;
+# the fault runs they share are trained once, tests/shared_runs.py); the slowest listed.
+PYTEST_ARGS ?= -n 2 --dist worksteal --durations=20
+# Notebooks a file at a time: each notebook's cells share one kernel.
+NOTEBOOK_ARGS ?= -n 2 --dist loadfile --durations=20
 # A run near a numerical threshold fails a few steps earlier or later on another CPU, so
 # `make test` proves two kernel paths: the unit tests on this one (below), the notebooks
 # on the machine's own. Where PyTorch picks its AVX-512 kernels: AVX2 (PyTorch's own
@@ -47,13 +51,20 @@ lab: setup-lab  ## open the student labs in JupyterLab (no news prompt: jupyter/
 lint: setup
 	$(BIN)/ruff check .
 
+# Each lab once, with its solution put in at every check (conftest.py): labs/ is generated
+# from solutions/ (course check, byte for byte) and differs only in the exercises' bodies,
+# so running both folders trained every lab twice. One run proves what both did: the lab
+# top to bottom with its stubs, every check "not done yet"; at each check the solution's
+# code, the check "passed", and every nbval-tagged output of the solution. (Measured:
+# tests/test_exercise_checks.py runs single check cells in a stubbed namespace, not the
+# labs, so it proves neither.) `pytest --nbval-lax solutions labs` still runs them apart.
 test: setup  ## ruff (notebook sources too), the notebook sync checks, unit tests (another CPU kernel path) and every notebook under nbval
 	$(BIN)/ruff check .
 	$(BIN)/python -m nanlab course check
 	NANLAB_PROGRESS=$$(mktemp -d)/progress.json OMP_NUM_THREADS=1 $(OTHER_KERNELS) \
 		$(BIN)/python -m pytest $(PYTEST_ARGS) tests
 	NANLAB_PROGRESS=$$(mktemp -d)/progress.json OMP_NUM_THREADS=1 $(NOTEBOOK_KERNELS) \
-		$(BIN)/python -m pytest $(PYTEST_ARGS) solutions labs --nbval-lax
+		$(BIN)/python -m pytest $(NOTEBOOK_ARGS) labs --nbval-lax --labs-with-solutions
 
 # The documentation site (mkdocs.yml, docs/): the library and the docs extra are all it needs
 DOCS_STAMP := $(VENV)/.nanlab-docs

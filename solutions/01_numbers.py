@@ -406,8 +406,8 @@ print("the loop finished: no exception, no warning")
 # %% [markdown]
 # Now ask for more memory than any machine has: 2**60 floats, 4 EiB. The allocator
 # refuses at once (nothing is actually allocated) and the program gets an exception
-# with a message. A real out-of-memory error in training behaves the same way: it
-# stops the run and tells you.
+# with a message. A real out-of-memory error in training behaves the same way: the job
+# dies and says why, the scheduler notices, someone is paged.
 
 # %% tags=["nbval-check-output"]
 try:
@@ -423,8 +423,8 @@ print(message[:160])  # the wording depends on the platform
 
 # %% [markdown]
 # So a NaN needs a check that you write: `torch.isfinite(loss)` every step costs
-# almost nothing. Later labs build a guard around `optimizer.step()` that stops,
-# skips or rolls back.
+# almost nothing. Lab 08 measures what an unwatched NaN costs and builds a guard around
+# `optimizer.step()` that stops, skips or rolls back.
 
 # %% [markdown]
 # ## Practice

@@ -111,9 +111,10 @@ print("non-finite steps:", int(nonfinite.sum()))
 print("every step from 40 on is non-finite:", bool(nonfinite[40:].all()))
 
 # %% [markdown]
-# **No exception, no warning, 160 steps of training on NaN** (claim B3). An
-# out-of-memory error stops a run and says why; a NaN lets it run to the end, burning
-# compute. Only a check you write catches it. Is the loss all it broke?
+# **No exception, no warning, 160 steps of training on NaN** (claim B3; the contrast
+# with a loud out-of-memory error is
+# [Lab 01, section 7](01_numbers.ipynb#7.-NaN-is-silent,-out-of-memory-is-loud)).
+# Only a check you write catches it. Is the loss all it broke?
 
 # %% tags=["nbval-check-output"]
 total = sum(p.numel() for p in bad.trainer.model.parameters())

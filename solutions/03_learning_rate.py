@@ -300,9 +300,18 @@ print("AMP off above 1.0 at every step from 100 on:", bool((a[100:] > 1.0).all()
 #
 # ## 3. Warmup and cosine decay
 # ### Why AdamW needs warmup
-# Adam divides each gradient by the running RMS of that weight's past gradients. At
-# step one there is no past: `m / √v` is `g / |g|`, so **every weight moves by the
-# full learning rate**, whatever its gradient. One step on a fresh layer (GPT-2's
+# Adam divides each gradient by the running RMS of that weight's past gradients, and
+# at step one there is no past. Adam (Kingma & Ba 2015, arXiv 1412.6980, Algorithm 1)
+# keeps `m ← β1·m + (1−β1)·g` and `v ← β2·v + (1−β2)·g²`, both starting at 0, and
+# divides them by the bias corrections `1 − β1^t` and `1 − β2^t` (PyTorch's
+# `torch/optim/adam.py`: `bias_correction1 = 1 - beta1 ** step`); the step is
+# `lr · m_hat / (√v_hat + ε)`. At `t = 1`:
+#
+# `m_hat = (1−β1)·g / (1−β1) = g`,  `v_hat = (1−β2)·g² / (1−β2) = g²`,
+# so `m_hat / √v_hat = g / |g| = sign(g)`.
+#
+# **Every weight moves by the full learning rate**, whatever its gradient; only ε
+# shrinks the step of a gradient near ε's size. One step on a fresh layer (GPT-2's
 # init, std 0.02) at LR 0.02:
 
 # %%

@@ -107,7 +107,8 @@ for name, out in ops.items():
 # write a loss or a softmax by hand, do not rely on autocast to protect it: compute
 # it in fp32 yourself (`logits.float()`) or use the fused, stable op
 # (`F.cross_entropy`, `torch.softmax`).
-#
+
+# %% [markdown]
 # A GPU can also change the fp32 baseline itself. On Ampere and newer GPUs an fp32
 # matmul may run on TF32 tensor cores: 10 explicit mantissa bits, fp32's exponent
 # range. PyTorch leaves that off for matmuls (`torch.get_float32_matmul_precision()`
@@ -116,14 +117,16 @@ for name, out in ops.items():
 # TensorFloat-32; `torch.set_float32_matmul_precision("high")` turns it on). With
 # TF32 the fp32 runs below would be a little less exact, but nothing in them would
 # overflow sooner: the range is fp32's.
-#
+
+# %% [markdown]
 # A CPU without fp16 matrix hardware runs PyTorch's fp16 matmul kernel many times slower
 # than its fp32 one (`bench/bench_half_matmul.py` measures it). So on a CPU nanlab's
 # Trainer computes each fp16 matmul in fp32 and rounds the result to fp16 once, which is
 # what PyTorch's fp16 GEMM does on a GPU (fp32 accumulation; `nanlab/half_matmul.py`
 # cites the source): the same fp16 output, the same overflow past 65504, in a fraction
 # of the time. Every other op below runs in fp16 exactly as autocast leaves it.
-#
+
+# %% [markdown]
 # ## 2. One run, four precisions
 # The fault `fp16_overflow` is exactly that mistake: a softmax cross-entropy
 # written by hand, `-log(exp(l_y) / Σ exp(l))`, without subtracting the max, as
@@ -136,7 +139,8 @@ for name, out in ops.items():
 # the CPU and on CUDA alike, so this fault fires on both. Inside autocast it would
 # depend on the device: CUDA would run its `exp` and `sum` in fp32 and survive, the
 # CPU in fp16 (section 1).
-#
+
+# %% [markdown]
 # **Exercise · predict.** Four runs, same seed, same data: fp32, fp16 without a
 # scaler, fp16 with a GradScaler (its first 120 steps), bf16. Return a dict mapping
 # each of the `STATEMENTS` to `True` or `False`; a final loss is the mean of the last 10

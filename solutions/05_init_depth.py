@@ -806,7 +806,8 @@ print("every seed agrees (each one's worst seed below the next one's best):",
 # Another task, a finer grid or longer runs could reorder these. For claim M11 the
 # optimizer changes the *speed* and *kind* of failure, not stability: SGD's step
 # grows with the gradient (a gradient spike becomes a weight spike unless clipped);
-# Adam's first steps are full-size, hence warmup (Lab 03).
+# Adam's first steps are full-size, hence warmup
+# ([Lab 03](03_learning_rate.ipynb#Why-AdamW-needs-warmup)).
 #
 # ### 6c. Is a pretrained start more stable than a random one?
 # A careless fine-tune of the clean run's step-80 weights (constant LR 0.01, twice

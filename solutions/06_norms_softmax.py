@@ -469,11 +469,9 @@ print("sin(inf)  =", torch.sin(inf).item(), "  (section 6)")
 #
 # - **`stable_softmax`**: subtract the row max (section 3);
 # - **`qk_norm`** (QK-LayerNorm): a LayerNorm on each head's queries and keys before
-#   `q · k`, used by large runs since Dehghani et al. 2023 (ViT-22B). At scale the
-#   failure is not an fp16 overflow: growing logits make the softmax
-#   nearly one-hot, *attention entropy collapse* (Zhai et al. 2023), and the loss
-#   diverges. Wortsman et al. 2023 reproduce it at small scale (section 3.1.1); all their
-#   runs whose max attention logit passed 1e4 diverged (section 3.3, Figure 9);
+#   `q · k`, used by large runs since Dehghani et al. 2023 (ViT-22B). The failure it
+#   prevents at scale is not an fp16 overflow but attention entropy collapse, measured
+#   in [Lab 11, section 4](11_lr_sensitivity.ipynb#4.-Inside-a-failing-run:-attention-logits);
 # - **`z_loss`**: an extra loss `1e-4 · (log Z)²`, `Z = Σ exp(logit)` being the
 #   **output** layer's softmax normaliser (PaLM).
 #

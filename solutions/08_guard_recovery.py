@@ -90,9 +90,11 @@ def nonfinite(tensors):
 
 
 # %% [markdown]
-# ## 1. A NaN does not stop a run; an out-of-memory error does
-# A NaN reading in batch 30's float feature (`nan_input`, Lab 02), no guard; a callback
-# counts non-finite parameters after each step.
+# ## 1. What a silent NaN costs
+# A NaN raises nothing, unlike an out-of-memory error
+# ([Lab 01, section 7](01_numbers.ipynb#7.-NaN-is-silent,-out-of-memory-is-loud)), so
+# the run goes on. How far? A NaN reading in batch 30's float feature (`nan_input`,
+# Lab 02), no guard; a callback counts non-finite parameters after each step.
 
 # %% tags=["nbval-check-output"]
 bad_params = {}  # step -> non-finite parameter values after that step's update
@@ -113,20 +115,8 @@ print("first non-finite step:", unguarded.record.first_nonfinite_step)
 print("NaN loss at every step from 30 to the end:", bool(np.isnan(losses[30:]).all()))
 
 # %% [markdown]
-# That is claim B3. Compare an out-of-memory error (2⁶⁰ floats, 4 EiB; nothing is
-# actually allocated):
-
-# %% tags=["nbval-check-output"]
-try:
-    torch.empty(2**60)
-    oom = None
-except RuntimeError as err:
-    oom = type(err).__name__
-print("out of memory raised an exception:", oom is not None, f"({oom})")
-
-# %% [markdown]
-# Out of memory is loud: the job dies, the scheduler notices, someone is paged. A NaN is
-# silent: the GPUs stay busy on garbage. How much was wasted here?
+# That is claim B3: no exception, and the GPUs stay busy on garbage. How much was
+# wasted here?
 
 # %%
 wasted = len(losses) - unguarded.record.first_nonfinite_step
@@ -209,7 +199,8 @@ print(stop_guard.summary())
 # %% tags=["nbval-check-output"]
 evidence = stop_guard.evidence[0]
 weights = evidence["state"]["model"]
-print("steps run:", len(stopped.record.steps), "instead of 100")
+print("steps run:", len(stopped.record.steps), "instead of 100; steps saved:",
+      100 - len(stopped.record.steps))
 print("the live weights are finite:",
       nonfinite(stopped.trainer.model.parameters()) == 0)
 print("evidence: the step:", evidence["step"], "| its batch index:",
@@ -222,7 +213,7 @@ print("evidence: the gradients of that step hold NaN:",
       nonfinite(evidence["grads"].values()) > 0)
 
 # %% [markdown]
-# Stopping at step 30 saved 69 steps. Evidence: the state *before* the bad update
+# Stopping at step 30 saved the rest of the run (printed above). Evidence: the state *before* the bad update
 # (`trainer.load_state_dict(evidence["state"])` restores it), the batch, its gradients;
 # with `out_dir=`, saved as `evidence/evidence_step000030_batch000030_n1.pt` (step,
 # batch, count: never overwritten), loadable with `torch.load(weights_only=True)`.

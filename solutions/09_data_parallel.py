@@ -467,7 +467,8 @@ print("largest weight difference is 0.0:", replica_gap([a0["params"], a1["params
 # %% [markdown]
 # The price of agreeing: one all-reduce of two numbers per step, next to the
 # all-reduce of every gradient of the model that DDP already does.
-#
+
+# %% [markdown]
 # ## 4. How Megatron-LM and DeepSpeed do it
 # Both detect a bad step in the optimizer, after the gradient reduction, and make
 # it global the same way: **a found-inf (overflow) flag, all-reduced with MAX,
@@ -487,7 +488,8 @@ print("largest weight difference is 0.0:", replica_gap([a0["params"], a1["params
 #   the overflow flag with MAX over the data-parallel group, then the
 #   model-parallel group; every rank skips, lowers the loss scale and logs
 #   "OVERFLOW! ... Skipping step".
-#
+
+# %% [markdown]
 # Why the all-reduce, if DDP already spreads a NaN gradient to every rank (section
 # 1)? Because there the gradients are not replicated: with ZeRO stages 2-3 or
 # Megatron's distributed optimizer each rank keeps only its shard of the averaged
@@ -496,20 +498,23 @@ print("largest weight difference is 0.0:", replica_gap([a0["params"], a1["params
 # would skip: the drift of section 2. nanlab's guard all-reduces its two flags,
 # non-finite and spike, so a decision on the local loss (which these two systems do
 # not take in the optimizer) is global too.
-#
+
+# %% [markdown]
 # Their automatic recovery is the skip (and, in fp16, the lower loss scale); going
 # back to a checkpoint is a restart, or in Megatron-LM a re-run of the step by its
 # `RerunStateMachine` to classify the fault. nanlab's `recover` mode rolls back
 # inside the run, and under DDP the flag all-reduce sends every rank back to the
 # same checkpoint (`tests/test_distributed.py` checks it; Lab 08 covers recovery).
-#
+
+# %% [markdown]
 # | | flags | agreed by | on a bad step, every rank |
 # |---|---|---|---|
 # | Megatron-LM | inf/NaN in grads | MAX of `found_inf` | skips, backs off the scale |
 # | DeepSpeed | inf/NaN in grads | MAX of `overflow` | skips, backs off the scale |
 # | nanlab `Guard` | non-finite; spike | MAX of both (`agree`) | skips, stops or rolls back |
 # | plain DDP | none | nothing | trains on: NaN everywhere |
-#
+
+# %% [markdown]
 # ## 5. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
 

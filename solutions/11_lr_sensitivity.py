@@ -122,7 +122,8 @@ return sum(capped) / len(capped) - best""")
 #
 # Each variant changes one thing of the baseline (AdamW, b1 0.9, b2 0.95, 15 warmup
 # steps then cosine, no weight decay, no z-loss):
-# - **QK-LayerNorm**: LayerNorm on each head's queries and keys (`model.qk_norm`);
+# - **QK-LayerNorm**: LayerNorm on each head's queries and keys (`model.qk_norm`;
+#   [Lab 06, section 5](06_norms_softmax.ipynb#5.-Three-fixes,-measured:-stable-softmax,-QK-LayerNorm,-z-loss));
 # - **z-loss 1e-4**: PaLM's coefficient, the paper's default;
 # - **no warmup**: the full LR from step 0;
 # - **independent decay 1e-3**: weight decay `θ −= s_t·λ·θ`, scaled by the schedule
@@ -302,12 +303,13 @@ print("baseline at LR 3e-1: entropy falls below a third of its start:",
 
 # %% [markdown]
 # The baseline's logits grow by orders of magnitude within a few dozen steps; the
-# softmax turns almost one-hot, the entropy collapses, and the gradient through a
-# saturated softmax is close to 0: attention stops learning. The growth comes from the
-# weights: a logit is the product of two projections, so it grows with the *square*
+# softmax turns almost one-hot, the entropy collapses (*attention entropy collapse*,
+# Zhai et al. 2023), and the gradient through a saturated softmax is close to 0:
+# attention stops learning. The growth comes from the weights: a logit is the product of two projections, so it grows with the *square*
 # of their scale (the paper's Appendix C), and at LR 0.3 Adam moves every weight by
-# up to about 0.3 each step. QK-LayerNorm normalises `q` and `k` first, so only the
-# LayerNorm gains can scale a logit, and they grow far more slowly.
+# up to about 0.3 each step. QK-LayerNorm takes the square away: normalised `q` and
+# `k` leave only the norm gains to scale a logit
+# ([Lab 06, section 5](06_norms_softmax.ipynb#5.-Three-fixes,-measured:-stable-softmax,-QK-LayerNorm,-z-loss)).
 #
 # ## 5. Output log Z and z-loss
 #
@@ -380,7 +382,8 @@ print("the ratio grows with the LR (baseline, step 10: 1e-3 < 1e-2 < 1e-1):",
 
 # %% [markdown]
 # Adam's first step is about `LR · sign(g)` for every weight, whatever the gradient's
-# size: at step 0 a weight of init size 0.02 moved by 0.1 is five times its size.
+# size ([Lab 03](03_learning_rate.ipynb#Why-AdamW-needs-warmup)): at step 0 a weight of
+# init size 0.02 moved by 0.1 is five times its size.
 # Warmup lets the first steps be small while the weights and Adam's moment estimates
 # settle. In your own runs, watch for one layer far above the others, or a ratio
 # near 1: a step as large as the weight itself.
@@ -432,7 +435,8 @@ print("z-loss 1e-4: at every LR up to 1e-2 (stable runs), final loss within 0.02
 # (section 5). Read the number beside the curve, as the paper asks (Appendix B): the
 # independent-decay curve is *flatter* partly because decay slows the low-LR runs,
 # not only because high LRs got better. A low sensitivity is not a low loss.
-#
+
+# %% [markdown]
 # ## 8. What was scaled down, and what still holds
 #
 # | | Wortsman et al. 2023 | this lab |
@@ -442,16 +446,17 @@ print("z-loss 1e-4: at every LR up to 1e-2 (stable runs), final loss within 0.02
 # | warmup / decay | 5e3 warmup steps, cosine; independent decay 1e-4 | 15 steps, cosine; 1e-3 |
 # | LR grid | 3e-4 … 3e-1, 7 points | the same 7 points |
 # | defaults | qk-layernorm, z-loss 1e-4, clipping at 1 | none of them, no clipping |
-#
+
+# %% [markdown]
 # **Why the shape survives.** Attention-logit growth needs no scale: AdamW moves each
 # weight by about the LR per step whatever the model's size, and logits grow with the
 # square of the weights. So the same LR grid breaks the small model the same way,
 # with the same signature (logits up a thousandfold, towards the paper's 1e4; entropy
-# collapse), and QK-LayerNorm cures
-# it. Growing the model only moves the failure to lower LRs: "without qk-layernorm,
+# collapse), and QK-LayerNorm cures it. Growing the model only moves the failure to lower LRs: "without qk-layernorm,
 # the learning rate at which models diverge becomes smaller with increasing model
 # size" (section 3.1.1).
-#
+
+# %% [markdown]
 # **Where it does not.** (1) Output-logit divergence needs a long run; 150 steps show
 # none, so z-loss has nothing to cure. (2) The paper's main trend, sensitivity rising
 # with model size, needs several sizes: one size here. (3) Weight decay's strength is a
@@ -461,7 +466,8 @@ print("z-loss 1e-4: at every LR up to 1e-2 (stable runs), final loss within 0.02
 # few hundredths (z-loss, b2 0.99) is evidence of nothing.
 # Try it: `lr_sweep({"decay 0.1": {"weight_decay": 0.1}}, base=BASE)` is PyTorch's
 # coupled decay, the paper's comparison in Figure 6.
-#
+
+# %% [markdown]
 # ## 9. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
 

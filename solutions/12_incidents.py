@@ -431,8 +431,8 @@ print("with the embedding LayerNorm: no 20x jump in", STEPS, "steps:",
 # | AdamW eps 1e-5 → 1e-8 | 3.4.1 | grad norm settles sooner, stays lower |
 # | no weight decay on embeddings | 3.4.2 | spike score 0.16 → 0.092 |
 #
-# Lab 11 sweeps QK-LayerNorm, z-loss, warmup and b2 over seven LRs; here, QK-norm on
-# the spiky run:
+# QK-norm bounds the attention logits ([Lab 06, section 5](06_norms_softmax.ipynb#5.-Three-fixes,-measured:-stable-softmax,-QK-LayerNorm,-z-loss)); Lab 11
+# sweeps it, z-loss, warmup and b2 over seven LRs. Here, QK-norm on the spiky run:
 
 # %%
 with_qk = losses_of(Trainer(SPIKY.replace(model={"qk_norm": True})).run())

@@ -198,33 +198,13 @@ check("predict_fresh_adam", my_predictions, actual, locked=True, hints=[
 # gradients as far as the large ones. A trained model has many weights that should
 # barely move; all of them move at once, in the direction of one noisy batch.
 #
-# ## 2. Adam's first step, by formula
-#
-# Adam (Kingma & Ba 2015, *Adam: a method for stochastic optimization*, arXiv 1412.6980,
-# Algorithm 1) keeps `m ← b1·m + (1−b1)·g` and `v ← b2·v + (1−b2)·g²`, both starting
-# at 0, and divides by the bias corrections `1 − b1^t` and `1 − b2^t` (PyTorch's
-# `torch/optim/adam.py`: `bias_correction1 = 1 - beta1**step`, the same for `beta2`;
-# the step is `lr · m_hat / (sqrt(v_hat) + eps)`). At `t = 1`, from `m = v = 0`:
-#
-# `m_hat = (1−b1)·g / (1−b1) = g`,  `v_hat = (1−b2)·g² / (1−b2) = g²`,
-# so `m_hat / sqrt(v_hat) = g / |g| = sign(g)`.
-#
-# The first update is `lr · sign(g)` whatever `g` is; only the eps (1e-8) shrinks it,
-# and only for gradients near that size. Check it on one weight:
-
-# %%
-for g in (1e-6, 1e-2, 10.0):
-    w = torch.zeros(1, requires_grad=True)
-    opt = torch.optim.AdamW([w], lr=1e-3, betas=(0.9, 0.95), weight_decay=0.0)
-    w.grad = torch.tensor([g])
-    opt.step()
-    print(f"gradient {g:8.0e}: first update / lr = {float(-w.detach()) / 1e-3:.4f}")
-
-# %% [markdown]
+# Why every weight: at Adam's first step the bias correction cancels the `(1 − b1)` and
+# `(1 − b2)` of the moments, so the update is `lr · sign(g)` whatever `g` is (derived
+# in [Lab 03, "Why AdamW needs warmup"](03_learning_rate.ipynb#Why-AdamW-needs-warmup)).
 # Gradient clipping cannot help: it shrinks `g`, and the first step does not depend on
 # `g`'s size. `lr / 10` helps only by slowing the whole run.
 #
-# ## 3. A restart that forgets the LR schedule
+# ## 2. A restart that forgets the LR schedule
 #
 # `resume_reset_schedule`: the resume loads the weights and the optimizer but not
 # `scheduler.state_dict()`. A new `LambdaLR` counts from 0, so the restart at step 130
@@ -266,7 +246,7 @@ print("the peak is more than 5x the loss before:",
 # restart, when warmup has brought the LR back to its peak. In a real run you see it
 # in the LR curve (log it!) and in the restart event's `schedule_step`.
 #
-# ## 4. A layer that wakes up under b2 = 0.999
+# ## 3. A layer that wakes up under b2 = 0.999
 #
 # `adam_unfreeze_spike`: no restart this time. The first MLP matrix of every block is
 # frozen for 100 steps by zeroing its gradient (a gradient mask: the parameters stay in
@@ -330,14 +310,14 @@ print("b2 0.95 stays under 3x:", height[0.95] < 3)
 # progressive unfreeze in fine-tuning. If the freeze is a gradient mask, Adam's count
 # runs on without its moments. (PyTorch's Adam skips a parameter whose `.grad` is
 # None, so a `requires_grad=False` freeze does not count.) Adding the layer to the
-# optimizer only when it wakes up is no cure: its state is then fresh, section 2's
+# optimizer only when it wakes up is no cure: its state is then fresh, section 1's
 # case. b2 = 0.95 halves the first update and shrinks the jump (printed above), yet the
 # layer still steps about 0.45 lr and the loss still rises: a mitigation. The
 # targeted cures act on that layer alone: a short LR warmup for it in its own param
 # group, its optimizer state reset and re-warmed, or update clipping (Shazeer & Stern
 # 2018, Adafactor, abstract: updates too large when v decays slowly).
 #
-# ## 5. `diagnose` names the cause and proves the cure
+# ## 4. `diagnose` names the cause and proves the cure
 #
 # The SOP of Lab 07 on each bad run: it reads the restart event, the LR column and the
 # per-layer grad-norm history, names the cause, and replays the run with the fix
@@ -364,7 +344,7 @@ for name, want in (("resume_fresh_optimizer", "resume_full_state"),
 # warmup after the restart (`rewarm_lr`, 20 steps: section 1's third run). It does not
 # cure the reset schedule: the LR still climbs back to its peak.
 #
-# ## 6. Never roll back to a poisoned optimizer state
+# ## 5. Never roll back to a poisoned optimizer state
 #
 # A rollback trusts the "last good" checkpoint. Good must mean the whole state. A
 # gradient of 1e22 is finite in fp32, but Adam's `v` adds `(1 − b2)·g²`, and `g²` =
@@ -408,9 +388,9 @@ print("state 2 is logged as a bad checkpoint:",
       [e["step"] for e in guard.events if e["kind"] == "bad_checkpoint"] == [2])
 
 # %% [markdown]
-# ## 7. Exercise: a resume that is bit-exact
+# ## 6. Exercise: a resume that is bit-exact
 #
-# The real cure for sections 1 and 3 is a resume that loses nothing. Its proof is
+# The real cure for sections 1 and 2 is a resume that loses nothing. Its proof is
 # strong: a run interrupted and resumed gives **the same bits** as one that was never
 # interrupted. Megatron-LM's checkpoint holds the model, the optimizer's state, the
 # `opt_param_scheduler` state and the Python, NumPy, torch and CUDA RNG states
@@ -532,7 +512,7 @@ torch.set_rng_state(state["rng"])""")
 # Leave out one part and rerun the check: which step differs first tells you what it
 # was. (On a GPU add `torch.cuda.get_rng_state()`; with a data loader, its position.)
 #
-# ## 8. Practice
+# ## 7. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
 
 # %%
@@ -544,7 +524,7 @@ practice("13-fresh-adam-first-step")
 practice("13-which-state-was-lost")
 
 # %% [markdown]
-# Section 4's signature has no restart in it at all: the last question asks which
+# Section 3's signature has no restart in it at all: the last question asks which
 # evidence names it.
 
 # %%

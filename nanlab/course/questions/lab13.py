@@ -20,12 +20,12 @@ QUESTIONS = [
         "every weight moves by the full LR.",
         hints=["Compute m_hat and v_hat at the first step, starting from zero moments.",
                "m_hat / sqrt(v_hat) = g / |g|."],
-        why=["Section 2: at step 1 bias correction gives m_hat = g and v_hat = g², so the "
+        why=["Lab 03, section 3: at step 1 bias correction gives m_hat = g and v_hat = g², so the "
              "update is lr · sign(g); a gradient of 1e-5 is far above eps.",
              "That is SGD's update; Adam divides by sqrt(v_hat) = |g|, so the gradient's "
-             "size cancels (section 2).",
+             "size cancels (Lab 03, section 3).",
              "The moments start at 0 but take (1 - b1)·g and (1 - b2)·g² in the first step, "
-             "and bias correction scales them back up (section 2).",
+             "and bias correction scales them back up (Lab 03, section 3).",
              "That bound (Lab 03, section 3) is about 3 lr at b2 = 0.999 and 1 lr at 0.95, "
              "and it is reached after a quiet stretch, not on a first step."],
     ),
@@ -46,12 +46,12 @@ QUESTIONS = [
         "LR still returns to its peak.",
         hints=["Which of the two numbers in the event is wrong?",
                "A fresh Adam spikes on the first step; when does a restarted warmup bite?"],
-        why=["Section 3: schedule_step 0 says the schedule restarted: warmup climbs back to "
+        why=["Section 2: schedule_step 0 says the schedule restarted: warmup climbs back to "
              "the peak LR on a model the decay had brought near its minimum, and the loss "
              "spikes about 20 steps later.",
              "optimizer_steps 5000 says Adam's state was loaded; a fresh optimizer spikes "
              "one step after the restart (section 1), not 20, and rewarming cannot keep the "
-             "LR from its peak (section 5).",
+             "LR from its peak (section 4).",
              "The spike's timing follows the restart, not a batch, and the restart event "
              "already shows a step count that is wrong.",
              "Other dropout masks change each step's noise a little, as another seed "
@@ -81,31 +81,31 @@ QUESTIONS = [
         explanation="A gradient-mask freeze keeps the layer in the optimizer: Adam's count "
         "runs to 100 while m = v = 0, and with b2 = 0.999 the bias correction "
         "1 - b2^100 ≈ 0.1 leaves v_hat ≈ g²/100 at the first real gradient: a full-size, "
-        "sign-like step on layers that should move gently (section 4). b2 = 0.95 shrinks it; "
+        "sign-like step on layers that should move gently (section 3). b2 = 0.95 shrinks it; "
         "the missing restart event and the clean batch only rule other causes out.",
         hints=["What happens to Adam's step count while a gradient mask holds the layer "
                "at zero?",
                "Which evidence comes from a replay that changes one thing?"],
         why=["Sections 4 and 5: a gradient mask leaves the layer in the optimizer, which "
              "steps it with m = v = 0 while its count reaches 100.",
-             "Section 4: with b2 = 0.999, 1 - b2^100 is only about 0.1, so v_hat is far "
+             "Section 3: with b2 = 0.999, 1 - b2^100 is only about 0.1, so v_hat is far "
              "below g² and the first real step is full-size, as the formula predicts.",
-             "Section 4: one change, and the spike shrinks: beta2_095 is the cure diagnose "
-             "proves (section 5).",
+             "Section 3: one change, and the spike shrinks: beta2_095 is the cure diagnose "
+             "proves (section 4).",
              "It rules out both resume faults, but points at no cause of its own.",
-             "It rules out the data (diagnose's first step, section 5), but points at "
+             "It rules out the data (diagnose's first step, section 4), but points at "
              "nothing.",
              "A healthy start: it clears the init and points at nothing."],
         family_why=["The batch of the spike is clean, and the spike comes exactly at the "
                     "unfreeze, whatever the data.",
                     "The LR runs on unchanged, only the unfrozen layers take full-size "
                     "steps, and with b2 = 0.95 the same LR stays calm.",
-                    "Section 4: the count reached 100 with m = v = 0, so the bias "
+                    "Section 3: the count reached 100 with m = v = 0, so the bias "
                     "correction leaves v_hat far below g² at the first real gradient.",
                     "There was no restart event; a fresh optimizer moves every weight by "
                     "the LR (section 1), and here only the unfrozen layers jump.",
                     "There was no restart, and the LR column runs on; a reset schedule "
-                    "spikes about 20 steps after a restart (section 3), not one step after "
+                    "spikes about 20 steps after a restart (section 2), not one step after "
                     "an unfreeze."],
     ),
 ]

@@ -2,19 +2,23 @@
 
 Each fault either refuses at ``inject()`` time with one line, or fires: its signature
 (a crash, a non-finite loss, a loss far above the clean run's, or what nanlab.judge calls
-a spike or a divergence against the clean run) shows within 40 steps.
-A fault that can neither (its trigger absent from this model) must say so with a
-warning. The table below is what was measured; a change in any cell fails.
+a spike or a divergence against the clean run) shows within 40 steps. The LR and
+optimizer-state faults run in the tuned loop instead (``foreign_models.TUNED``: each
+model at its LR sweep's best, warmup + cosine, 100 steps, the fault at step 40 once the
+run has learned): their mechanism is an update too large for the run, which a run 10x
+below its edge hides. A fault that can neither (its trigger absent from this model)
+must say so with a warning, or, in the tuned loop, the suite must say why
+(``foreign_models.SILENT_BECAUSE``). The tables below are what was measured; a change in
+any cell fails.
 """
 
 import math
 
 import pytest
-from foreign_models import FOREIGN, outcome, plain_loop
+from foreign_models import FOREIGN, SILENT_BECAUSE, TUNED_FAULTS, loop_for, outcome, plain_loop
 
 from nanlab import faults
 
-STEPS = 40
 F, R, S = "fires", "refused", "silent"  # S: the fault's trigger is absent; it must warn
 ALL = tuple(FOREIGN)  # encoder_lm, vae, seq2seq, conv_regressor, price_mlp
 
@@ -41,6 +45,15 @@ EXPECTED = {
     "sigmoid_chain": (row(R, R, R, R, R), "architecture"),
 }
 
+# The LR and optimizer-state faults in the tuned loop: exact outcomes; each silent cell
+# has its reason in foreign_models.SILENT_BECAUSE (the bench prints it under the table).
+TUNED_EXPECTED = {
+    "high_lr": row(F, F, F, F, F),
+    "high_lr_adam": row(S, F, F, F, F),
+    "lr_jump": row(S, S, S, F, F),
+    "resume_fresh_optimizer": row(F, S, S, F, F),
+}
+
 # Faults of the families other engineers are making travel now: only "fires or refuses at
 # inject" is asserted. These cells did neither when measured (xfail, not strict: when a
 # fault learns to travel its cell passes).
@@ -50,27 +63,33 @@ STILL_SILENT = {
 } | {
     ("repeated_token_shard", m): "a repeated shard does not spike this small model in 40 steps"
     for m in ("encoder_lm", "seq2seq")
-} | {
-    (f, m): f"{f} does not yet show on this model in {STEPS} steps"
-    for f in ("high_lr", "high_lr_adam", "lr_jump", "resume_fresh_optimizer") for m in ALL
-    if (f, m) not in {("high_lr", "conv_regressor"), ("high_lr_adam", "encoder_lm")}
 }
-
-
-def params_for(name: str) -> dict:
-    """The fault's step moved to 10 (when it has one), so it lands inside the short loop."""
-    return {"at_step": 10} if "at_step" in faults.get_fault(name).params else {}
 
 
 @pytest.fixture(scope="module")
 def clean():
-    return {m: plain_loop(spec, None, STEPS)[0] for m, spec in FOREIGN.items()}
+    """clean(model, loop): the clean run of ``model`` in ``loop`` (loop_for's options),
+    run once per module."""
+    runs = {}
+
+    def get(model: str, loop: dict) -> list[float]:
+        key = (model, *loop.values())
+        if key not in runs:
+            runs[key] = plain_loop(FOREIGN[model], None, **loop)[0]
+        return runs[key]
+    return get
 
 
-def test_the_foreign_models_are_healthy(clean):
-    for m, losses in clean.items():
-        assert all(math.isfinite(v) for v in losses), m
+@pytest.mark.parametrize("fault", ["nan_input", "high_lr"])  # the plain loop, the tuned one
+def test_the_foreign_models_are_healthy(clean, fault):
+    loop, params = loop_for(fault)
+    for m in ALL:
+        losses = clean(m, loop)
+        assert len(losses) == loop["steps"] and all(math.isfinite(v) for v in losses), m
         assert min(losses[-5:]) < losses[0], m  # it learns
+        if params.get("at_step", 0) >= 20:  # a fault mid-run strikes a run that has learned
+            at = params["at_step"]
+            assert sum(losses[at - 5:at]) / 5 < 0.8 * losses[0], m
 
 
 CELLS = [(f, m) for f in sorted(faults.FAULTS) for m in ALL]
@@ -78,7 +97,13 @@ CELLS = [(f, m) for f in sorted(faults.FAULTS) for m in ALL]
 
 @pytest.mark.parametrize(("fault", "model"), CELLS)
 def test_each_fault_fires_or_refuses_at_inject(fault, model, clean, request):
-    got = outcome(FOREIGN[model], fault, clean[model], STEPS, **params_for(fault))
+    loop, params = loop_for(fault)
+    got = outcome(FOREIGN[model], fault, clean(model, loop), **loop, **params)
+    if fault in TUNED_EXPECTED:
+        assert got.kind == TUNED_EXPECTED[fault][model], got.cell()
+        if got.kind == S:  # silent on this run: the table must say why
+            assert SILENT_BECAUSE.get((fault, model), "").strip(), (fault, model)
+        return
     if fault in EXPECTED:
         kinds, word = EXPECTED[fault]
         assert got.kind == kinds[model], got.cell()
@@ -95,9 +120,19 @@ def test_each_fault_fires_or_refuses_at_inject(fault, model, clean, request):
 
 
 def test_each_documented_fault_fires_on_two_models_or_refuses():
-    for fault, (kinds, _) in EXPECTED.items():
+    tuned = {f: (kinds, "") for f, kinds in TUNED_EXPECTED.items()}
+    for fault, (kinds, _) in (EXPECTED | tuned).items():
         fired = [m for m, k in kinds.items() if k == F]
         assert len(fired) >= 2 or set(kinds.values()) == {R}, fault
+
+
+def test_the_tuned_loop_says_why_each_silent_cell_is_silent_and_nothing_else():
+    """A reason for every silent cell of the tuned loop, none for a cell that fires."""
+    assert set(TUNED_EXPECTED) == set(TUNED_FAULTS)
+    silent = {(f, m) for f, kinds in TUNED_EXPECTED.items() for m, k in kinds.items()
+              if k == S}
+    assert set(SILENT_BECAUSE) == silent
+    assert all(len(why) > 30 and "\n" not in why for why in SILENT_BECAUSE.values())
 
 
 def test_the_table_covers_every_fault_of_the_families():

@@ -8,6 +8,16 @@ run's own LR (an absolute 0.2 is huge for a toy and tiny for a regressor in raw 
 On the built-in run the factor is written into its config instead (``factor`` times the
 default LR), so its manifest shows the LR the run had, as a real incident's would.
 
+Why 40x (``high_lr``) and 20x (``high_lr_adam``) are "too high" on any run: Adam moves
+every weight by about the LR each step, whatever the gradient's size, so a tuned run (the
+largest LR that trains well, a sweep's best) sits within a few x of its edge, and 20x
+to 40x of it puts every step past the edge. Measured on five models nanlab did not make
+at their sweep's best LR with warmup + cosine (``tests/foreign_models.py``, TUNED):
+40x fires on 5 of 5, 20x on 4 of 5 (a post-norm encoder stalls at chance instead). The
+factor is relative to the run, so a run trained 10x below its best LR has a 10x margin:
+there 20x only takes it to twice its best and may train better (that encoder at 3e-3
+ends at 0.014, its clean run at 0.078). Tune first, or raise ``factor``.
+
 >>> from nanlab.faults.catalogue import get_fault
 >>> [get_fault(n).conditions(get_fault(n).resolve())["lr"]
 ...  for n in ("high_lr", "high_lr_adam", "no_warmup")]          # the toy's LRs, as before
@@ -47,7 +57,8 @@ register(Fault(
               "65504: the scores overflow to inf and the softmax makes NaN. With AMP off "
               "the same run stays finite but diverges: fp16 only made the LR's damage loud",
     needs="fp16 autocast (with its GradScaler) and no clipping; in fp32 see high_lr_adam. "
-          "On your own run: the LR its optimizer and schedule give, times the factor",
+          "On your own run: the LR its optimizer and schedule give, times the factor "
+          "(past the edge of a tuned run; a run 10x below its best LR has that margin)",
     reveals="lr", cure="lr_div10", signature="nonfinite",
     params={"factor": Param(40.0, 1.0, 1e6, help="times the run's own LR"),
             "lr": ABSOLUTE_LR},
@@ -62,7 +73,8 @@ register(Fault(
               "every step; LayerNorm keeps the activations in range, so the loss climbs "
               "and stays high without ever overflowing",
     needs="AdamW in fp32 (under fp16 the same run turns into NaN: see the matrix). On your "
-          "own run: the LR its optimizer and schedule give, times the factor",
+          "own run: the LR its optimizer and schedule give, times the factor (past the "
+          "edge of a tuned run; a run 10x below its best LR has that margin)",
     reveals="lr", cure="lr_div10", signature="diverge",
     params={"factor": Param(20.0, 1.0, 1e6, help="times the run's own LR"),
             "lr": ABSOLUTE_LR},
@@ -75,7 +87,10 @@ register(Fault(
     summary="the LR jumps 10x for one step mid-run (a scheduler glitch), then returns",
     mechanism="a burst of oversized updates knocks the model off its solution: the loss "
               "spikes; once the LR is back, the same optimizer brings it down again",
-    needs="a trained model hit by a short LR burst; no clipping",
+    needs="a trained model hit by a short LR burst; no clipping. On your own run: "
+          "at_step once it has learned, at its tuned LR; a run with wide margins (a "
+          "classifier at loss 1e-4) or a noisy loss (a VAE) absorbs one step at 10x: "
+          "raise length= or factor=",
     reveals="lr", cure=None, signature="spike",
     params={"at_step": Param(100, 0, 100_000), "factor": Param(10.0, 1.0, 1e6),
             "length": Param(1, 1, 100_000)},

@@ -10,6 +10,12 @@ On any other run the same state is forgotten at the step through levers, as the 
 code that forgets it would leave it: the optimizer's state emptied (what a fresh AdamW
 holds), the scheduler put back as it was built. The freeze is a lever on every run:
 gradient hooks that zero the named parameters' gradients until the unfreeze.
+
+A fresh Adam state shows on a run that has settled: its first updates are lr x sign(g)
+on every weight against the run's own lr x |m_hat| / sqrt(v_hat). At step 40 of five
+foreign models at their tuned LR (``tests/foreign_models.py``, TUNED) the run's own
+ratio is 0.02-0.03 on an encoder LM, a conv and an MLP regressor, which spike, and
+0.1-0.2 on a still-learning seq2seq and a VAE with noisy gradients, which absorb it.
 """
 
 from __future__ import annotations
@@ -80,7 +86,10 @@ register(Fault(
     needs="a restart (preemption) whose resume code loads model.state_dict() but not "
           "optimizer.state_dict(), here before step 100 at the cosine LR of that step "
           "(3.1e-3); clipping cannot help: Adam's first update does not depend on the "
-          "gradient's size",
+          "gradient's size. On your own run: the spike is the gap between the fresh "
+          "state's lr x sign(g) and the run's own lr x |m_hat| / sqrt(v_hat), wide on a "
+          "run that has settled (0.02 lr per weight), narrow on one still learning "
+          "steadily or with noisy gradients (0.1-0.2 lr: no spike)",
     reveals="grad_norms", cure="resume_full_state", signature="spike",
     params={"at_step": RESTART_AT},
     conditions=lambda p: {"restart_at": p["at_step"], "resume_skips": ("optimizer",)},

@@ -315,3 +315,84 @@ def hints(run_dir: str | Path) -> list[str]:
     record = RunRecord.load(run_dir)
     error, error_step = record.crash
     return run_hints(record, error, error_step)
+
+
+# ---------------------------------------------------------------------------------------
+# The final exam (Lab 15): one fault per family, none named by its config or a crash
+# ---------------------------------------------------------------------------------------
+# Every exam fault, in a fixed order (a seed draws by position, as DRAW_ORDER). A fault of
+# the registry is either here or in EXAM_LEFT_OUT with the reason (tests/test_exam.py).
+EXAM_ORDER = ("nan_input", "all_masked", "zero_std",                      # dirty_data
+              "high_lr", "high_lr_adam", "lr_jump", "no_warmup",          # learning_rate
+              "fp16_overflow", "position_overflow", "softmax_overflow",
+              "adam_eps_fp16", "bad_init", "dead_relu",                   # ..., myth
+              "adam_unfreeze_spike",                                      # optimizer_state
+              "accum_mean_of_means", "accum_masked_micro_batch",          # grad_accum
+              "oov_token_masked", "repeated_token_shard",                 # llm_data
+              # hardware: a replay does not flip the bit again (the exam's replays run
+              # without it, as a real transient fault does not repeat), so the unchanged
+              # replay and locate's exact replay of the step decide it honestly
+              "bit_flip")
+EXAM_LEFT_OUT = {
+    "deep_explosion": "slow (minutes on a CPU), and its family has no other fault",
+    "sigmoid_chain": "slow (minutes on a CPU); dead_relu stands for the myth family",
+    "tiny_eps": "its config diff reads norm_eps: 0.0, the bug itself; no other fault of "
+                "its family",
+    "illegal_label": "it crashes with 'Target ... is out of bounds': the message names it",
+    "oov_token": "it crashes with 'index out of range in self' in the embedding: the "
+                 "message names the id",
+    "scaler_update_micro_batch": "it crashes with the GradScaler's own assertion at step "
+                                 "0: the message names the scaler",
+    "resume_fresh_optimizer": "its config holds resume_skips, which names the bug",
+    "resume_reset_schedule": "its config holds resume_skips and restart_at, which name "
+                             "the bug",
+}
+EXAM_FAMILIES: tuple[str, ...] = tuple(sorted({FAULTS[n].family for n in EXAM_ORDER}))
+"""The answers of the exam: the ``family`` of a fault (``FAULTS[name].family``)."""
+EXAM_SIZE = 6
+# A run length per fault (the rest: the first 120 steps of the 200-step schedule, as Lab 07):
+# the LLM-data spikes show only on a model that has learned (about 0.09 by step 150), and
+# the mean of means is moved to step 90 so that it spikes inside 120 steps.
+EXAM_RUN = {"steps": 120, "decay_steps": 200}
+EXAM_RUNS = {"oov_token_masked": {"steps": 170}, "repeated_token_shard": {"steps": 170},
+             "accum_mean_of_means": {"at_step": 90}}
+# Faults on which a replay the SOP runs is finite but does not learn, so "finite" alone
+# misleads, and a replay decides: high_lr (fp16): AMP off finite, stalling; LR / 10
+# healthy. fp16_overflow: LR / 10 finite, learning too little; AMP off healthy. bit_flip:
+# LR / 10 finite, learning too little; the unchanged replay is clean. Every exam draws one.
+EXAM_TRAPS = ("high_lr", "fp16_overflow", "bit_flip")
+NO_NAN = ("spike", "diverge", "stall")  # signatures of a run that stays finite
+
+
+def exam_run(name: str) -> dict:
+    """The ``run_fault`` arguments of an exam fault (run length and fault parameters).
+
+    >>> exam_run("accum_mean_of_means")
+    {'steps': 120, 'decay_steps': 200, 'at_step': 90}
+    """
+    if name not in EXAM_ORDER:
+        raise NanlabError(f"{name!r} is not an exam fault; exam faults: "
+                          f"{', '.join(EXAM_ORDER)}")
+    return {**EXAM_RUN, **EXAM_RUNS.get(name, {})}
+
+
+def exam_draw(seed: int, size: int = EXAM_SIZE) -> tuple[str, ...]:
+    """The faults of exam number ``seed``: ``size`` families drawn without repeats, one
+    fault of each (the same seed, the same faults, in the same order). Every draw holds a
+    fault of ``EXAM_TRAPS`` and one whose run stays finite (a spike, a divergence or a
+    stall), so the exam grades the replay and the whole curve, not only a NaN.
+
+    >>> exam_draw(3) == exam_draw(3)
+    True
+    >>> len({FAULTS[n].family for n in exam_draw(3)})
+    6
+    """
+    check_range("seed", seed, 0, integer=True)
+    check_range("size", size, 2, len(EXAM_FAMILIES), integer=True)
+    members = {f: [n for n in EXAM_ORDER if FAULTS[n].family == f] for f in EXAM_FAMILIES}
+    rng = random.Random(seed)
+    while True:  # a draw that misses a trap or a finite run is drawn again, same generator
+        names = tuple(rng.choice(members[f]) for f in rng.sample(EXAM_FAMILIES, size))
+        if set(names) & set(EXAM_TRAPS) \
+                and any(FAULTS[n].signature in NO_NAN for n in names):
+            return names

@@ -16,9 +16,9 @@ non-finite value (``nanlab.debug.locate``) must be one of:
   where ``torch.is_autocast_enabled`` still tells the truth.
 """
 
-import functools
 
 import pytest
+import shared_runs
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
@@ -60,16 +60,10 @@ PRECISION_FAULTS = sorted(name for name in faults.FAULTS
                           and faults.get_fault(name).signature == "nonfinite")  # not a crash
 
 
-def _stop_at_first_nonfinite(trainer, info):
-    if not info.row["finite"]:  # the GradScaler's skipped steps too
-        trainer.request_stop("the first non-finite step")
-
-
-@functools.cache
 def failed_run(name: str) -> faults.FaultRun:
-    run = faults.run_fault(name, steps=300, checkpoint_every=10, stop_when_poisoned=True,
-                           callbacks=[("on_step_end", _stop_at_first_nonfinite)])
-    assert run.first_bad_step is not None and run.first_bad_step < 150, name
+    """test_locate's run of the fault (trained once per session, tests/shared_runs.py)."""
+    run = shared_runs.failed_run(name)
+    assert run.first_bad_step < 150, name
     return run
 
 
@@ -227,6 +221,6 @@ def test_the_bad_step_overflows_in_fp16_under_cudas_autocast_policy(name):
 @pytest.mark.parametrize("name", PRECISION_FAULTS)
 def test_the_declared_cure_cures_it(name):
     fault = faults.get_fault(name)
-    cured = faults.run_fault(name, fixes=[fault.cure], steps=200)
+    cured = shared_runs.shared_run(name, fixes=[fault.cure])  # test_faults reads fp16_overflow's
     assert cured.record.first_nonfinite_step is None, name
     assert judge(cured).healthy, judge(cured)

@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from shared_runs import shared_run
 
 import nanlab.interview
 from nanlab.course.rubric import WRONG_CLAIM_CAP
@@ -539,21 +540,18 @@ STORY_STEPS = 60  # long enough to pass the failure at step 40 and learn; short 
 
 @pytest.fixture(scope="module")
 def clean_run():
-    from nanlab import faults
-
-    return faults.run_fault(None, steps=STORY_STEPS)
+    return shared_run(None, steps=STORY_STEPS)
 
 
 @pytest.fixture(scope="module")
 def dirty_story(clean_run):
     """nan_input (dirty data): the fixed run is made here, so the test knows its numbers."""
-    from nanlab import faults
     from nanlab.debug.diagnose import diagnose
 
-    run = faults.run_fault("nan_input", steps=STORY_STEPS, checkpoint_every=10,
-                           stop_when_poisoned=True)
+    run = shared_run("nan_input", steps=STORY_STEPS, checkpoint_every=10,
+                     stop_when_poisoned=True)
     diagnosis = diagnose(run)
-    fixed = faults.run_fault("nan_input", steps=STORY_STEPS, fixes=[diagnosis.fix])
+    fixed = shared_run("nan_input", steps=STORY_STEPS, fixes=[diagnosis.fix])  # test_faults too
     story = nanlab.interview.star_story(run, diagnosis, clean=clean_run, fixed=fixed)
     return run, diagnosis, fixed, story
 
@@ -561,10 +559,8 @@ def dirty_story(clean_run):
 @pytest.fixture(scope="module")
 def eps_story(clean_run):
     """tiny_eps (a norm's eps of 0): diagnosis, locate and the fixed run made by star_story."""
-    from nanlab import faults
-
-    run = faults.run_fault("tiny_eps", steps=STORY_STEPS, checkpoint_every=10,
-                           stop_when_poisoned=True)
+    run = shared_run("tiny_eps", steps=STORY_STEPS, checkpoint_every=10,
+                     stop_when_poisoned=True)
     return run, nanlab.interview.star_story(run, clean=clean_run)
 
 

@@ -1,6 +1,5 @@
 """locate replays the first bad step exactly and names where each fault makes its first NaN/inf."""
 
-import functools
 import json
 import re
 
@@ -8,30 +7,12 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from shared_runs import failed_run
 
 from nanlab import faults
 from nanlab.debug.locate import Location, locate
 from nanlab.errors import NanlabError
 from nanlab.train import TrainConfig, Trainer
-
-
-def _stop_at_first_nonfinite(trainer, info):
-    # stop_when_poisoned lets the GradScaler's skipped steps go on; stop at those too
-    if not info.row["finite"]:
-        trainer.request_stop("the first non-finite step")
-
-
-@functools.cache
-def failed_run(name: str, **params) -> faults.FaultRun:
-    """The built-in run with a fault, stopped just after its first non-finite step.
-
-    steps=300 fixes the LR schedule (the cosine length); the run stops long before.
-    """
-    run = faults.run_fault(name, steps=300, checkpoint_every=10, stop_when_poisoned=True,
-                           callbacks=[("on_step_end", _stop_at_first_nonfinite)], **params)
-    assert run.first_bad_step is not None, name
-    return run
-
 
 AT = 12  # the data faults' bad batch: 2 steps after the checkpoint at 10, to replay them
 DATA_FAULTS = ("nan_input", "zero_std", "all_masked", "illegal_label")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from shared_runs import shared_run
 
 from nanlab import cures
 from nanlab.errors import NanlabError
@@ -241,7 +242,8 @@ def test_softcap_turns_high_lr_overflow_into_a_finite_run():
     kernel paths of one machine, 32-37 on another); capped at 50, tanh(inf) is 1 and the
     scores stay finite: no NaN. The LR is still 40x too high, so the matrix cell is "not
     cured" (a finite divergence), the lesson of AMP off (claim W3)."""
-    bad = run_fault("high_lr", stop_when_poisoned=True).first_bad_step
+    bad = shared_run("high_lr", checkpoint_every=10,  # test_diagnose's run
+                     stop_when_poisoned=True).first_bad_step
     assert bad is not None and 20 <= bad <= 50, bad
     capped = run_fault("high_lr", fixes=["softcap"], callbacks=[until(bad + 10)])
     assert capped.first_bad_step is None and capped.trainer.config.model.\

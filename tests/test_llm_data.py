@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from foreign_scenarios import base, gpt2, hf_loss, lm_batch
+from shared_runs import shared_run
 
 from nanlab import faults
 from nanlab.data import CountingTask
@@ -26,20 +27,24 @@ from nanlab.signals import final_loss, find_spikes
 from nanlab.train import TrainConfig, Trainer
 from nanlab.vocab_parallel import VocabParallelEmbedding, vocab_parallel_cross_entropy
 
+# test_diagnose's run (no NaN here: stopping when poisoned and checkpoints every 10 steps
+# change nothing in the numbers), trained once per session
+DIAGNOSED = {"checkpoint_every": 10, "stop_when_poisoned": True}
+
 
 @pytest.fixture(scope="module")
 def masked():
-    return faults.run_fault("oov_token_masked")
+    return shared_run("oov_token_masked", **DIAGNOSED)
 
 
 @pytest.fixture(scope="module")
 def shard():
-    return faults.run_fault("repeated_token_shard")
+    return shared_run("repeated_token_shard", **DIAGNOSED)
 
 
 @pytest.fixture(scope="module")
 def clean_final():
-    return final_loss(faults.run_fault(None).record.losses())
+    return final_loss(shared_run(None).record.losses())  # test_faults' too
 
 
 def spike_height(losses, at: int) -> tuple[int, float]:

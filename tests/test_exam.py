@@ -167,3 +167,12 @@ def test_a_right_answer_closes_the_mystery_and_stays_right():
     assert m.grade("myth") == "already answered right before"
     assert "right at attempt 1" in exam_report([m])
     assert "1 at the first attempt" in exam_report([m])
+
+
+@pytest.mark.slow
+def test_diagnose_agrees_on_the_exams_mean_of_means():
+    """The lab says to compare your answers with m.diagnose(): on the exam's mean-of-means
+    run (from step 140 of 170, a model that has learned) it names the accumulation loop;
+    moved to step 90 it blamed the data."""
+    found = _mystery("accum_mean_of_means").diagnose()
+    assert found.cause == "grad_accum" and found.fix_verified, found.report()

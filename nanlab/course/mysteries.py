@@ -183,8 +183,9 @@ EXAM_EVIDENCE = {
                        "train: Adam's second moment for it is still near 0",
     "grad_accum": "accum_steps > 1 and a clean batch: one micro-batch (empty, or with "
                   "few targets) weighs as much as the others",
-    "llm_data": "a finite spike carried by a few sequences (per-sample loss): token ids "
-                "past the vocabulary, or one token repeated",
+    "llm_data": "a finite spike on batches with token ids past the vocabulary (masked "
+                "by the vocabulary-parallel layers, so no crash) or with sequences of one "
+                "token repeated (per-sample loss puts the spike on them)",
     "hardware": "a clean batch, and the step replayed exactly (locate, or the unchanged "
                 "replay) is finite: the failure does not reproduce",
 }

@@ -95,8 +95,16 @@ def _install_bit_flip(inj: Injection, p: dict) -> None:
     name, linear = found[p["layer"]]
     state = {"armed": False, "fired": False}
 
+    def lived(step: int) -> bool:
+        """The built-in run already went past ``step`` (it holds a later checkpoint): a run
+        read back from its folder replays a step its device got wrong once, and a transient
+        fault does not come back on a replay (in this process, ``fired`` says the same)."""
+        trainer = getattr(inj, "trainer", None)
+        return trainer is not None and any(s > step for s in trainer.checkpoints.steps())
+
     def arm(step: int) -> None:  # a transient fault: one step, once in the run's life
-        state["armed"] = step == p["at_step"] and not state["fired"] and _rank() == p["rank"]
+        state["armed"] = (step == p["at_step"] and not state["fired"]
+                          and _rank() == p["rank"] and not lived(step))
 
     def hook(module, inputs, output):
         if not state["armed"] or not isinstance(output, torch.Tensor):

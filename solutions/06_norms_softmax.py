@@ -381,8 +381,8 @@ return e / e.sum(-1, keepdim=True)""")
 # %% [markdown]
 # ## 4. The `softmax_overflow` fault: inf first, then NaN
 #
-# `softmax_overflow` switches the toy's hand-written attention to the naive softmax,
-# under fp16 autocast (with the usual GradScaler) at LR 0.01, where the scores
+# `softmax_overflow` swaps the naive softmax (a module, `NaiveSoftmax`) in for the
+# toy's stable one in every attention layer, under fp16 autocast (with the usual GradScaler) at LR 0.01, where the scores
 # `q · k / sqrt(d)` grow as attention sharpens. A callback records each step's
 # largest score, after the causal mask.
 #

@@ -248,8 +248,9 @@ def warmup_cosine(optimizer, steps: int):
 # 0.21 (seq2seq) and 0.12 (vae), which do not.
 SILENT_BECAUSE = {
     ("high_lr_adam", "encoder_lm"):
-        "never learns and stays at chance (2.85; it started at 2.83, ln 16 = 2.77): a loss "
-        "that never moved is a stall to the judge, not a spike or a divergence",
+        "on AVX-512 kernels it never learns and stays at chance (2.85; it started at 2.83, "
+        "ln 16 = 2.77): a loss that never moved is a stall to the judge, not a spike or a "
+        "divergence (on AVX2 kernels the same run diverges: the cell fires)",
     ("lr_jump", "encoder_lm"):
         "converged to loss 1e-4: its logits' margins are about 9 nats wide and one 10x "
         "update does not close them (0.98x the clean loss after it)",

@@ -53,6 +53,10 @@ TUNED_EXPECTED = {
     "lr_jump": row(S, S, S, F, F),
     "resume_fresh_optimizer": row(F, S, S, F, F),
 }
+# A cell that depends on the CPU's summation order: high_lr_adam on encoder_lm stalls at
+# chance on AVX-512 kernels (its silent reason) and diverges on AVX2 (fires at 25, 8.56
+# against the clean 0.001, measured in CI): either is right, not a third outcome.
+EITHER = {("high_lr_adam", "encoder_lm"): {S, F}}
 
 # Faults of the families other engineers are making travel now: only "fires or refuses at
 # inject" is asserted. These cells did neither when measured (xfail, not strict: when a
@@ -100,7 +104,8 @@ def test_each_fault_fires_or_refuses_at_inject(fault, model, clean, request):
     loop, params = loop_for(fault)
     got = outcome(FOREIGN[model], fault, clean(model, loop), **loop, **params)
     if fault in TUNED_EXPECTED:
-        assert got.kind == TUNED_EXPECTED[fault][model], got.cell()
+        assert got.kind in EITHER.get((fault, model), {TUNED_EXPECTED[fault][model]}), \
+            got.cell()
         if got.kind == S:  # silent on this run: the table must say why
             assert SILENT_BECAUSE.get((fault, model), "").strip(), (fault, model)
         return

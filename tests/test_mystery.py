@@ -19,8 +19,9 @@ def test_draw_is_a_pure_function_of_the_seed_and_covers_the_pool():
 
 
 def test_no_mystery_fault_is_named_by_its_config():
-    """The manifest shows the config: a fault whose config field spells out the bug
-    (a resume that skips the optimizer, a mean-of-means accumulation) is not drawn."""
+    """The manifest shows the config: a fault whose config field spells out the bug (a
+    resume that skips the optimizer) is not drawn. Lab 07's warm-up pool also keeps out
+    the families added since (Lab 15's exam draws them, tests/test_exam.py)."""
     for name in ("resume_fresh_optimizer", "accum_mean_of_means", "scaler_update_micro_batch",
                  "adam_unfreeze_spike"):
         assert name not in mystery.POOL

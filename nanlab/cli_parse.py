@@ -230,8 +230,9 @@ def _course_missing(subparsers, err: Exception) -> None:
     """``nanlab course`` where the course extra is not installed: the command exists, and
     running it says in one line what to install (the rest of the command line works)."""
     reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-    if "nanlab[course]" not in reason:
-        reason += "; install the course extra: pip install 'nanlab[course]'"
+    missing = getattr(err, "name", None)  # an ImportError names the module it missed
+    if "nanlab[" not in reason and missing:  # not the extra: say what is missing, not it
+        reason = f"the package {missing.split('.')[0]!r} is not installed ({reason})"
     course = subparsers.add_parser("course", help="sync, run, build or check the notebooks "
                                    "(needs: pip install 'nanlab[course]')",
                                    description=f"nanlab course is not available: {reason}")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
+from typing import Any
 
 
 class NanlabError(ValueError):
@@ -98,3 +100,16 @@ def error_line(e: BaseException) -> str:
     'IndexError: Target 40 is out of bounds.'
     """
     return (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0]
+
+
+def require(package: str, extra: str) -> Any:
+    """Import an optional package, or raise one line naming the nanlab extra that installs it.
+
+    >>> require("math", "hf").pi > 3
+    True
+    """
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        raise NanlabError(f"this needs the optional package {package!r}, which is not "
+                          f"installed; install it with: pip install 'nanlab[{extra}]'") from None

@@ -176,3 +176,15 @@ def test_the_library_imports_and_runs_with_only_the_core_installed(tmp_path):
     assert status == 0 and json.loads(out.splitlines()[-1])["outcome"] == "healthy", (out, err)
     assert result["absent"], "the child saw ipywidgets installed: it tested nothing"
     assert Path(result["nanlab"]) == ROOT / "nanlab", result["nanlab"]  # this tree's nanlab
+
+
+def test_course_check_needs_no_torch():
+    """`nanlab course check` compares notebooks: it runs where torch is not installed (a
+    docs or hook machine), and nothing on its path imports torch."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from nanlab.cli import main\n"
+            "sys.exit(main(['course', 'check']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert "in sync" in done.stdout

@@ -18,7 +18,7 @@ What a lab imports, in one line:
 >>> from nanlab.course import check, hint, predict, practice, solution, start_lab, show_progress
 """
 
-from nanlab.guard.framework import require
+from nanlab.errors import require
 
 # The course needs the ``course`` extra: without it, one line naming the extra instead of
 # "No module named 'ipywidgets'" (jupytext and nbclient are imported where they are used).

@@ -33,7 +33,6 @@ way), and the guard's ``skip_batches`` after the failure are dropped as they arr
 from __future__ import annotations
 
 import copy
-import importlib
 import math
 from pathlib import Path
 from typing import Any
@@ -47,19 +46,6 @@ from nanlab.guard.guard import Decision, Guard
 # snapshot serialises weights and optimizer state (5 ms on bench_callbacks' GPT-2, 40 % of
 # a step): every 10 steps it cost 4-5 % per step, every 50 about 1 %.
 KEEP_EVERY = 50
-
-
-def require(package: str, extra: str) -> Any:
-    """Import an optional package, or raise one line naming the nanlab extra that installs it.
-
-    >>> require("math", "hf").pi > 3
-    True
-    """
-    try:
-        return importlib.import_module(package)
-    except ImportError:
-        raise NanlabError(f"this needs the optional package {package!r}, which is not "
-                          f"installed; install it with: pip install 'nanlab[{extra}]'") from None
 
 
 def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
@@ -234,4 +220,4 @@ class GuardHooks:
         return self.steps.decide(step, batch=batch)
 
 
-__all__ = ["KEEP_EVERY", "GuardHooks", "GuardedSteps", "HeldSchedule", "grad_norm", "require"]
+__all__ = ["KEEP_EVERY", "GuardHooks", "GuardedSteps", "HeldSchedule", "grad_norm"]

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nanlab.errors import NanlabError
-from nanlab.guard.framework import GuardHooks, require
+from nanlab.errors import NanlabError, require
+from nanlab.guard.framework import GuardHooks
 
 require("transformers", "hf")  # its Trainer also needs accelerate (in the extra), and says so
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nanlab.errors import NanlabError
-from nanlab.guard.framework import GuardHooks, require
+from nanlab.errors import NanlabError, require
+from nanlab.guard.framework import GuardHooks
 
 require("lightning", "lightning")
 

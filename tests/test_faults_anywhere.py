@@ -43,6 +43,14 @@ EXPECTED = {
     "tiny_eps": (row(S, F, F, R, R), "no normalisation module"),
     "dead_relu": (row(R, R, R, R, R), "architecture"),
     "sigmoid_chain": (row(R, R, R, R, R), "architecture"),
+    # A flip of the highest exponent bit grows a value below 2 by 2^128 and shrinks one
+    # of 2 or more (the regressors in raw units: the fault warns and names bit=-3).
+    "bit_flip": (row(F, S, F, S, S), ""),
+}
+# A silent cell whose fault cannot know it did nothing: the reason, measured.
+MASKED = {
+    ("bit_flip", "vae"): "the flipped element (-0.019) becomes -6.4e36 and the ReLU after "
+                         "the Linear zeroes it: a masked flip, as many real bit flips are",
 }
 
 # The LR and optimizer-state faults in the tuned loop: exact outcomes; each silent cell
@@ -52,22 +60,13 @@ TUNED_EXPECTED = {
     "high_lr_adam": row(S, F, F, F, F),
     "lr_jump": row(S, S, S, F, F),
     "resume_fresh_optimizer": row(F, S, S, F, F),
+    "repeated_token_shard": row(F, R, S, R, R),
 }
 # A cell that depends on the CPU's summation order: high_lr_adam on encoder_lm stalls at
 # chance on AVX-512 kernels (its silent reason) and diverges on AVX2 (fires at 25, 8.56
 # against the clean 0.001, measured in CI): either is right, not a third outcome.
 EITHER = {("high_lr_adam", "encoder_lm"): {S, F}}
 
-# Faults of the families other engineers are making travel now: only "fires or refuses at
-# inject" is asserted. These cells did neither when measured (xfail, not strict: when a
-# fault learns to travel its cell passes).
-STILL_SILENT = {
-    ("bit_flip", m): "bit_flip's default flip does not overflow this model's first Linear"
-    for m in ("vae", "seq2seq", "conv_regressor", "price_mlp")
-} | {
-    ("repeated_token_shard", m): "a repeated shard does not spike this small model in 40 steps"
-    for m in ("encoder_lm", "seq2seq")
-}
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +99,7 @@ CELLS = [(f, m) for f in sorted(faults.FAULTS) for m in ALL]
 
 
 @pytest.mark.parametrize(("fault", "model"), CELLS)
-def test_each_fault_fires_or_refuses_at_inject(fault, model, clean, request):
+def test_each_fault_fires_or_refuses_at_inject(fault, model, clean):
     loop, params = loop_for(fault)
     got = outcome(FOREIGN[model], fault, clean(model, loop), **loop, **params)
     if fault in TUNED_EXPECTED:
@@ -114,21 +113,29 @@ def test_each_fault_fires_or_refuses_at_inject(fault, model, clean, request):
         assert got.kind == kinds[model], got.cell()
         if got.kind == R:
             assert "\n" not in got.detail and word in got.detail, got.detail
-        if got.kind == S:  # the trigger is absent: the fault must say so, not run quietly
-            assert got.warnings and got.warnings[0].startswith(fault), got.cell()
+        if got.kind == S and (fault, model) not in MASKED:  # the trigger is absent: the
+            assert got.warnings and got.warnings[0].startswith(fault), got.cell()  # fault says so
         return
-    if (fault, model) in STILL_SILENT:
-        request.applymarker(pytest.mark.xfail(reason=STILL_SILENT[fault, model], strict=False))
     assert got.kind in (F, R), got.cell()
     if got.kind == R:
         assert "\n" not in got.detail, got.detail
+
+
+# A fault that fires on one model of the table only, and why no second one shows it.
+ONE_MODEL = {
+    "repeated_token_shard": "of the two token models here only encoder_lm has learned by "
+                            "step 40; a Hugging Face GPT-2 on counting ids (1.4 at step 40) "
+                            "pays about 2x its loss for 10 steps after the shard, under JUMP",
+}
 
 
 def test_each_documented_fault_fires_on_two_models_or_refuses():
     tuned = {f: (kinds, "") for f, kinds in TUNED_EXPECTED.items()}
     for fault, (kinds, _) in (EXPECTED | tuned).items():
         fired = [m for m, k in kinds.items() if k == F]
-        assert len(fired) >= 2 or set(kinds.values()) == {R}, fault
+        assert len(fired) >= 2 or set(kinds.values()) == {R} or fault in ONE_MODEL, fault
+    assert all(len([k for k in (EXPECTED | tuned)[f][0].values() if k == F]) == 1
+               for f in ONE_MODEL)
 
 
 def test_the_tuned_loop_says_why_each_silent_cell_is_silent_and_nothing_else():

@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import torch
@@ -68,13 +69,39 @@ def flip_bit(t: torch.Tensor, element: int, bit: int) -> torch.Tensor:
     return t
 
 
+def worst_element(t: torch.Tensor, bit: int) -> int:
+    """The flat index of the element of ``t`` that a flip of ``bit`` makes largest (a
+    non-finite result first, then the largest positive one, which a ReLU after it lets
+    through): the worst case of that flip, which a lesson needs to see.
+
+    >>> worst_element(torch.tensor([-0.5, 3.0, 0.25, 0.5]), -2)  # 0.5 * 2^128; 3.0 shrinks
+    3
+    """
+    flipped = flip_bit_all(t.detach().clone(), bit)
+    return int(torch.nan_to_num(flipped.view(-1), nan=float("inf")).argmax())
+
+
+def flip_bit_all(t: torch.Tensor, bit: int) -> torch.Tensor:
+    """XOR ``bit`` of every element of ``t`` in place (a float tensor) and return it."""
+    width = t.element_size() * 8
+    flat = t.view(-1).view(_AS_INT[t.dtype])
+    flat ^= torch.tensor(1, dtype=flat.dtype) << (bit % width)
+    return t
+
+
 def linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    """Every ``nn.Linear`` of a model, in module order, found by type (any model).
+    """Every ``nn.Linear`` of a model whose forward runs, in module order, found by type
+    (any model). The ``out_proj`` of an ``nn.MultiheadAttention`` is left out: the
+    attention reads its weight directly and never calls it, so a hook there never fires.
 
     >>> [name for name, _ in linears(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)))]
     ['0', '2']
+    >>> [name for name, _ in linears(nn.Sequential(nn.MultiheadAttention(4, 2), nn.Linear(4, 1)))]
+    ['1']
     """
-    return [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    bypassed = {id(m.out_proj) for m in model.modules() if isinstance(m, nn.MultiheadAttention)}
+    return [(n, m) for n, m in model.named_modules()
+            if isinstance(m, nn.Linear) and id(m) not in bypassed]
 
 
 def _rank() -> int:
@@ -111,7 +138,15 @@ def _install_bit_flip(inj: Injection, p: dict) -> None:
             return None
         state["armed"], state["fired"] = False, True  # the rerun of this step is clean
         with torch.no_grad():
-            flip_bit(output, p["element"], p["bit"])
+            element = p["element"] if p["element"] >= 0 else worst_element(output, p["bit"])
+            before = output.view(-1)[element].item()
+            flip_bit(output, element, p["bit"])
+            after = output.view(-1)[element].item()
+        if abs(after) < abs(before):
+            warnings.warn(f"bit_flip: the flip made {before:.3g} into {after:.3g}, smaller, not "
+                          f"larger: bit {p['bit']} of it was already set (a value of 2 or "
+                          "more in fp32); a lower exponent bit (bit=-3) makes it grow",
+                          RuntimeWarning, stacklevel=2)
         return output
 
     linear.register_forward_hook(hook)
@@ -138,7 +173,8 @@ register(Fault(
     params={"at_step": AT_STEP,
             "bit": Param(-2, -64, 63, help="the bit flipped: 0 = the lowest mantissa bit, "
                                            "-1 = the sign, -2 = the highest exponent bit"),
-            "element": Param(0, 0, 10**12, help="the flat index of the element flipped"),
+            "element": Param(0, -1, 10**12, help="the flat index of the element flipped; "
+                             "-1: the output's largest value, the worst case"),
             "layer": Param(0, -10**6, 10**6, help="which nn.Linear, in module order"),
             "rank": Param(0, 0, 10**6, help="the data-parallel rank whose device fails")},
     install=_install_bit_flip,

@@ -142,6 +142,30 @@ def test_a_row_of_padding_only_is_dirty_data():
                           LabelRange(None, None, {"ids": 8})) == []  # a repeated token
 
 
+def test_a_mask_row_that_hides_every_key_is_dirty_data():
+    """A key-padding mask passed in the batch, not read from pad ids: its all-True row
+    makes the attention NaN (the mechanism, run here), and the batch check names it in
+    PyTorch's convention, Hugging Face's and an additive float mask's; a causal mask and
+    left padding stay clean."""
+    attention = nn.MultiheadAttention(8, 2, batch_first=True)
+    x = torch.randn(2, 4, 8)
+    mask = torch.tensor([[False, False, True, True], [True, True, True, True]])
+    out, _ = attention(x, x, x, key_padding_mask=mask)
+    assert out[1].isnan().all() and out[0].isfinite().all()  # the mechanism, real
+    assert "row(s) [1] mask every key" in batch_problems({"x": x, "key_padding_mask": mask})[0]
+    hf = {"input_ids": torch.tensor([[5, 6, 7], [0, 0, 0]]),
+          "attention_mask": torch.tensor([[1, 1, 1], [0, 0, 0]])}
+    assert any("attention_mask: 1 row(s) [1]" in p for p in batch_problems(hf))
+    additive = torch.zeros(2, 3).masked_fill(torch.tensor([[0, 1, 1], [1, 1, 1]]).bool(),
+                                             float("-inf"))
+    assert batch_problems({"attn_mask": additive}) and not batch_problems(
+        {"attn_mask": additive[:1]})  # -inf alone is how an additive mask masks, not dirt
+    causal = torch.triu(torch.ones(4, 4, dtype=torch.bool), 1)
+    left_padded = {"input_ids": torch.tensor([[0, 5, 6], [7, 8, 9]]),
+                   "attention_mask": torch.tensor([[0, 1, 1], [1, 1, 1]])}
+    assert batch_problems({"tgt_mask": causal}) == [] and batch_problems(left_padded) == []
+
+
 def test_pytorch_default_embedding_init_is_not_bad_init():
     for width in (10, 64, 512):
         emb = nn.Embedding(100, width)  # N(0, 1): each row is looked up by one id

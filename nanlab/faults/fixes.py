@@ -227,6 +227,9 @@ def batch_problems(batch, vocab_size: int | LabelRange | None = None) -> list[st
     """
     problems = []
     for name, t in named_tensors(batch, "batch" if isinstance(batch, torch.Tensor) else ""):
+        if "mask" in name.lower() and t.dim() >= 2:  # an attention or padding mask
+            problems += mask_problems(name, t)
+            continue
         if t.is_floating_point() or t.is_complex():
             bad = int((~torch.isfinite(t)).sum())
             if bad:
@@ -263,6 +266,36 @@ def batch_problems(batch, vocab_size: int | LabelRange | None = None) -> list[st
             problems.append(f"{name}: {int(illegal.sum())} illegal label(s) {values} "
                             f"(legal: {legal})")
     return problems
+
+
+def mask_problems(name: str, mask: torch.Tensor) -> list[str]:
+    """The rows of an attention mask that let a query attend to no key: the softmax over
+    all -inf is 0 / 0, NaN (pytorch/pytorch#103749). Read in each library's convention: a
+    float mask is additive (-inf masks), a tensor named ``attention_mask`` is Hugging
+    Face's (1 attends, 0 is masked), any other bool mask PyTorch's ``key_padding_mask`` /
+    ``attn_mask`` (True may not attend). A NaN in a float mask is a problem too.
+
+    >>> mask_problems("src_key_padding_mask", torch.tensor([[False, True], [True, True]]))
+    ['src_key_padding_mask: 1 row(s) [1] mask every key: a softmax over nothing is 0 / 0, NaN']
+    >>> mask_problems("attention_mask", torch.tensor([[1, 1], [0, 1]]))  # left padding: fine
+    []
+    """
+    rows = mask.reshape(-1, mask.shape[-1])
+    if mask.is_floating_point():
+        if torch.isnan(rows).any():
+            return [f"{name}: {int(torch.isnan(rows).sum())} NaN value(s) in a float mask"]
+        dead = (rows == float("-inf")).all(-1)
+    elif name.lower().split(".")[-1].endswith("attention_mask"):
+        dead = (rows == 0).all(-1)
+    elif mask.dtype == torch.bool:
+        dead = rows.all(-1)
+    else:
+        return []
+    found = [int(i) for i in dead.nonzero().flatten()]
+    if not found:
+        return []
+    return [f"{name}: {len(found)} row(s) {found[:5]} mask every key: a softmax over nothing "
+            "is 0 / 0, NaN"]
 
 
 def padding_rows(ids: torch.Tensor, pad: int | None = None) -> tuple[int | None, list[int]]:

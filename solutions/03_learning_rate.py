@@ -677,12 +677,13 @@ print("AdamW, clipped: the outlier step and the steps after it within 20 % of ty
 # at 1.0, nothing else):
 
 # %%
-from nanlab.faults.matrix import Cell, Matrix, judge, run_cell
+from nanlab.faults.matrix import Cell, Matrix, run_cell
+from nanlab.judge import judge
 
 clean_final = final_loss(clean_losses)
 threads = torch.get_num_threads()
-outcome, evidence = judge(adam, clean_final, faults.FAULTS["high_lr_adam"].signature)
-cells = [Cell("high_lr_adam", None, outcome, evidence),
+verdict = judge(adam, clean=clean_final)  # the matrix's own judge, on this lab's run
+cells = [Cell("high_lr_adam", None, verdict.outcome, verdict.reason),
          run_cell("high_lr_adam", "grad_clip", 200, 0, clean_final)]
 torch.set_num_threads(threads)  # run_cell uses one thread, like a matrix worker
 matrix = Matrix(cells, clean_final, steps=200, seed=0)

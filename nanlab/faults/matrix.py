@@ -34,9 +34,8 @@ from tqdm.auto import tqdm
 from nanlab.errors import check_range
 from nanlab.faults import fixes as fixes_mod
 from nanlab.faults.catalogue import FAULTS, get_fault
-from nanlab.faults.run import FaultRun, build_fault_trainer, fault_config, run_fault
-from nanlab.judge import STREAK
-from nanlab.judge import judge as judge_run
+from nanlab.faults.run import build_fault_trainer, fault_config, run_fault
+from nanlab.judge import STREAK, judge
 from nanlab.signals import final_loss
 from nanlab.train import stop_early
 
@@ -65,21 +64,6 @@ class Cell:
     final_loss: float | None = None
     steps_run: int = 0
     acted: int = 0  # steps on which an adaptive cure changed something ("cure" events)
-
-
-def judge(run: FaultRun, clean_final: float, signature: str | None = None
-          ) -> tuple[str, str]:
-    """Outcome and evidence of one run against the clean run's final loss. Not a second
-    judge: :func:`nanlab.judge.judge`'s verdict as (``.outcome``, ``.reason``), kept only
-    because Lab 03 imports it (``run_cell`` asks nanlab.judge itself); ``signature`` is
-    ignored.
-
-    >>> run = run_fault("nan_input", steps=60)  # doctest: +SKIP
-    >>> judge(run, clean_final=0.03)  # doctest: +SKIP
-    ('not cured', 'non-finite at step 40, reached the weights')
-    """
-    verdict = judge_run(run, clean=clean_final)
-    return verdict.outcome, verdict.reason
 
 
 def spike_and_lr_faults() -> list[str]:
@@ -112,7 +96,7 @@ def run_cell(fault: str, fix: str | None, steps: int, seed: int, clean_final: fl
             fault_config(fault), build=lambda c: build_fault_trainer(fault, c, {})):
         return Cell(fault, fix, "n/a", "the fix changes nothing in this run")
     run = _measure(fault, [fix] if fix else [], steps, seed)
-    verdict = judge_run(run, clean=clean_final)
+    verdict = judge(run, clean=clean_final)
     outcome, evidence = verdict.outcome, verdict.reason
     end = final_loss(run.record.losses())
     acted = sum(e["kind"] == "cure" for e in run.record.events)

@@ -31,8 +31,8 @@ import time
 import numpy as np
 import torch
 
-from nanlab.data import CountingTask
-from nanlab.model import GPT, GPTConfig
+from nanlab.toy.data import CountingTask
+from nanlab.toy.model import GPT, GPTConfig
 from nanlab.train import TrainConfig, Trainer, lm_loss, resolve_device, to_device, train
 
 

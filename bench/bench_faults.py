@@ -12,7 +12,7 @@ import time
 import torch
 
 from nanlab import faults
-from nanlab.signals import find_spikes, is_stalled
+from nanlab.analysis.signals import find_spikes, is_stalled
 
 
 def first_failure(run) -> int | None:

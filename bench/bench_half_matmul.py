@@ -1,7 +1,7 @@
 """What fp16 costs on this CPU: the native fp16 GEMM against nanlab's widened one.
 
 Times one (1024 x 64) @ (64 x 256) product (the toy model's MLP) in fp32, bf16, native
-fp16 and fp16 widened to fp32 and rounded once (``nanlab.half_matmul``), then 20 fp16
+fp16 and fp16 widened to fp32 and rounded once (``nanlab.layers.half_matmul``), then 20 fp16
 training steps of the toy model with and without the widening. Also checks that the two
 fp16 products agree within one fp16 rounding. Asserts nothing.
 
@@ -17,7 +17,7 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nanlab.half_matmul import matmul_in_fp32
+from nanlab.layers.half_matmul import matmul_in_fp32
 from nanlab.train import TrainConfig, Trainer
 
 REPEATS = 30

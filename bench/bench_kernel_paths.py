@@ -58,7 +58,7 @@ def worker(names: list[str]) -> None:
     import torch
 
     from nanlab import faults
-    from nanlab.judge import judge
+    from nanlab.analysis.judge import judge
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out = {"capability": torch.backends.cpu.get_cpu_capability(), "faults": {}}

@@ -20,7 +20,7 @@ import json
 import torch
 
 from nanlab import faults
-from nanlab.signals import final_loss, find_spikes
+from nanlab.analysis.signals import final_loss, find_spikes
 
 THREADS = (1, 2, 4)
 

@@ -11,9 +11,9 @@ import json
 import torch
 
 from nanlab import faults
+from nanlab.analysis.judge import judge
+from nanlab.analysis.signals import final_loss
 from nanlab.debug.diagnose import diagnose
-from nanlab.judge import judge
-from nanlab.signals import final_loss
 
 STEPS = 200
 SPIKE = {"layer": -1, "bit": -3, "element": 33}  # a logit times 2^64: finite

@@ -3,7 +3,7 @@
 One script for a machine with CUDA, unattended, in under 10 minutes. It prints one table:
 
 (a) every fault with ``device="cuda"``: the first bad step and the signature its run
-    shows (``nanlab.judge``) against the one the catalogue declares, and whether the
+    shows (``nanlab.analysis.judge``) against the one the catalogue declares, and whether the
     declared cure, replayed on the GPU, gives a healthy run;
 (b) ``diagnose`` on each fault's run: the cause it names and whether it proved the fix;
 (c) the guard's overhead: the median per-step ratio of a run with ``Guard("stop")`` to
@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def fault_rows(names, device: str, with_diagnose: bool, deadline: float) -> list[dict]:
     from nanlab import faults
+    from nanlab.analysis.judge import judge
     from nanlab.debug.diagnose import diagnose
-    from nanlab.judge import judge
 
     rows = []
     for name in names:

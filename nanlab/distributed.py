@@ -54,9 +54,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from nanlab.checkpoint import atomic_save, safe_load
-from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError, check_choice, check_range
+from nanlab.runs.checkpoint import atomic_save, safe_load
+from nanlab.toy.data import IGNORE_INDEX
 
 
 def free_port() -> int:
@@ -120,8 +120,8 @@ def ddp_trainer(config=None, batches: Callable[[int], Any] | None = None):
     """
     from torch.nn.parallel import DistributedDataParallel
 
-    from nanlab.model import GPT
-    from nanlab.train import TrainConfig, Trainer, default_task
+    from nanlab.toy.model import GPT
+    from nanlab.train.trainer import TrainConfig, Trainer, default_task
 
     if not dist.is_available() or not dist.is_initialized():
         raise NanlabError("ddp_trainer() needs a process group: call it inside "
@@ -179,7 +179,7 @@ def _train_one(rank: int, steps: int = 30, seed: int = 0, checkpoint_every: int 
                guard: dict | None = None) -> dict:
     from nanlab import faults
     from nanlab.guard import Guard
-    from nanlab.train import TrainConfig
+    from nanlab.train.trainer import TrainConfig
 
     check_choice("fault", fault, DATA_FAULTS)
     config = TrainConfig(steps=steps, seed=seed, device="cpu", progress=False,

@@ -53,8 +53,8 @@ import numpy as np
 import torch
 
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
-from nanlab.data import IGNORE_INDEX, CountingTask
-from nanlab.model import GPT, AttentionScores, CausalSelfAttention, GPTConfig, Softmax
+from nanlab.toy.data import IGNORE_INDEX, CountingTask
+from nanlab.toy.model import GPT, AttentionScores, CausalSelfAttention, GPTConfig, Softmax
 from nanlab.train import TrainConfig, Trainer, train
 
 start_lab("00_start_here")
@@ -351,7 +351,7 @@ print((run_dir / "steps.jsonl").read_text().splitlines()[0])
 # process or on another machine:
 
 # %% tags=["nbval-check-output"]
-from nanlab.record import RunRecord
+from nanlab.runs.record import RunRecord
 
 loaded = RunRecord.load(run_dir)
 print("same losses as in memory:", np.array_equal(loaded.losses(), run.losses()))

@@ -44,8 +44,8 @@ import torch.nn.functional as F
 
 from nanlab import faults
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
-from nanlab.data import IGNORE_INDEX, CountingTask, standardize
 from nanlab.faults import batch_problems, run_fault
+from nanlab.toy.data import IGNORE_INDEX, CountingTask, standardize
 from nanlab.train import TrainConfig, Trainer
 from nanlab.viz import plot_compare, plot_grad_heatmap, plot_loss
 
@@ -495,7 +495,7 @@ return problems""")
 
 # %% [markdown]
 # **Exercise 2 · `safe_standardize`.** Standardise per feature over the batch and time
-# dimensions, like `nanlab.data.standardize`, but floor the std at `eps` with
+# dimensions, like `nanlab.toy.data.standardize`, but floor the std at `eps` with
 # `std.clamp_min(eps)`, so that a constant column becomes 0 instead of `0 / 0`. Use
 # the population std (`unbiased=False`), as the pipeline does.
 

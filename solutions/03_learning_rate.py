@@ -38,10 +38,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from nanlab import faults
+from nanlab.analysis.signals import final_loss, find_spikes, recovery_steps
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.faults import run_fault
-from nanlab.signals import final_loss, find_spikes, recovery_steps
 from nanlab.train import TrainConfig, lr_factor
 from nanlab.viz import plot_compare, plot_loss, plot_lr
 
@@ -350,14 +349,14 @@ print("every weight moved by between 0.9 x LR and LR:",
 # reached by a gradient that was 0 for long and is suddenly large: `m` takes
 # `(1 − β1)·g` at once, `v`, remembering the quiet steps, only `(1 − β2)·g²`.
 # PyTorch's betas (0.9, 0.999) give 0.1 / √0.001 ≈ 3.16 lr; β2 = 0.95 (nanlab's
-# `TrainConfig`) gives 0.1 / √0.05 ≈ 0.45 (`nanlab.numerics.adam_step_bound`). "Adam
+# `TrainConfig`) gives 0.1 / √0.05 ≈ 0.45 (`nanlab.optim.numerics.adam_step_bound`). "Adam
 # moves each weight by at most about the LR" is a property of β2 = 0.95, not of Adam. A `v` lagging a sudden gradient change is one account of Adam-driven
 # loss spikes: Wortsman et al. 2023 (section 4, citing Shazeer & Stern and Cohen et
 # al.) note that lowering β2 removes them. Measured after 3000 quiet steps (ε = 1e-12,
 # so no 0 / 0):
 
 # %%
-from nanlab.numerics import adam_step_bound
+from nanlab.optim.numerics import adam_step_bound
 
 
 def worst_adam_step(betas, quiet_steps=3000, lr=1.0):
@@ -677,8 +676,8 @@ print("AdamW, clipped: the outlier step and the steps after it within 20 % of ty
 # at 1.0, nothing else):
 
 # %%
+from nanlab.analysis.judge import judge
 from nanlab.faults.matrix import Cell, Matrix, run_cell
-from nanlab.judge import judge
 
 clean_final = final_loss(clean_losses)
 threads = torch.get_num_threads()

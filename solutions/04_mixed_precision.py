@@ -47,11 +47,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from nanlab.analysis.signals import final_loss
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
-from nanlab.data import IGNORE_INDEX
 from nanlab.debug import locate
 from nanlab.faults import run_fault
-from nanlab.signals import final_loss
+from nanlab.toy.data import IGNORE_INDEX
 from nanlab.viz import plot_compare
 
 start_lab("04_mixed_precision")
@@ -122,7 +122,7 @@ for name, out in ops.items():
 # A CPU without fp16 matrix hardware runs PyTorch's fp16 matmul kernel many times slower
 # than its fp32 one (`bench/bench_half_matmul.py` measures it). So on a CPU nanlab's
 # Trainer computes each fp16 matmul in fp32 and rounds the result to fp16 once, which is
-# what PyTorch's fp16 GEMM does on a GPU (fp32 accumulation; `nanlab/half_matmul.py`
+# what PyTorch's fp16 GEMM does on a GPU (fp32 accumulation; `nanlab/layers/half_matmul.py`
 # cites the source): the same fp16 output, the same overflow past 65504, in a fraction
 # of the time. Every other op below runs in fp16 exactly as autocast leaves it.
 
@@ -600,11 +600,11 @@ print("1e-4 squared in fp16:", (torch.tensor(1e-4).half() ** 2).item())
 # The eps is 0, and `v`, the running mean of squared gradients, is 0 for any
 # small enough gradient: at the first step `v = (1 - β2) · g²`, and fp16 rounds
 # anything up to half its smallest number (2^-25, about 3e-8) to 0: every `|g|`
-# below √(2^-25 / (1 - β2)). `nanlab.numerics.adam_v_underflow_grad` computes it
+# below √(2^-25 / (1 - β2)). `nanlab.optim.numerics.adam_v_underflow_grad` computes it
 # (the interview bank and cheat sheet quote the same function):
 
 # %% tags=["nbval-check-output"]
-from nanlab.numerics import adam_v_underflow_grad
+from nanlab.optim.numerics import adam_v_underflow_grad
 
 for beta2, who in ((0.95, "the toy's TrainConfig"), (0.999, "PyTorch's default")):
     print(f"beta2 = {beta2} ({who}): v = 0 for |g| below "
@@ -681,8 +681,8 @@ print("loss at step 59 within 10 % of the fp32 run:",
 # and backing off.
 
 # %%
-from nanlab.data import CountingTask
-from nanlab.model import GPT, GPTConfig
+from nanlab.toy.data import CountingTask
+from nanlab.toy.model import GPT, GPTConfig
 from nanlab.train import lm_loss, to_device
 
 torch.manual_seed(0)

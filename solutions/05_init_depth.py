@@ -39,11 +39,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from nanlab.analysis.signals import final_loss, is_stalled
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import locate
 from nanlab.faults import FIXES, run_fault
-from nanlab.model import GPT
-from nanlab.signals import final_loss, is_stalled
+from nanlab.toy.model import GPT
 from nanlab.train import TrainConfig, Trainer, global_grad_norm, lm_loss, to_device
 from nanlab.viz import plot_compare, plot_grad_heatmap, plot_loss
 

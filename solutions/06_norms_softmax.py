@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import locate
 from nanlab.faults import run_fault
-from nanlab.model import LayerNorm, SinusoidalPositions
+from nanlab.toy.model import LayerNorm, SinusoidalPositions
 from nanlab.viz import plot_compare
 
 start_lab("06_norms_softmax")
@@ -65,7 +65,7 @@ print(f"exp(x) overflows fp16 above x = {FP16_EXP_LIMIT:.2f}, fp32 and bf16 abov
 # (`nn.Embedding(padding_idx=...)` keeps it at zero). Compare the fused
 # `F.layer_norm` with the hand-written line of many codebases (and RMSNorm
 # implementations), `(x − mean) / torch.sqrt(var + eps)` in the input's dtype
-# (`nanlab.model.LayerNorm(..., impl="manual")`):
+# (`nanlab.toy.model.LayerNorm(..., impl="manual")`):
 
 # %%
 pad_row = torch.zeros(1, 64)  # a padding token's embedding: variance 0

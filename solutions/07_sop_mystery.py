@@ -44,11 +44,11 @@ import math
 
 import numpy as np
 
+from nanlab.analysis.judge import judge
+from nanlab.analysis.signals import final_loss
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import diagnose, locate
 from nanlab.faults import batch_problems, run_fault
-from nanlab.judge import judge
-from nanlab.signals import final_loss
 from nanlab.train import TrainConfig
 from nanlab.viz import plot_compare, plot_grad_heatmap, plot_loss
 
@@ -252,12 +252,12 @@ print("problems in the batch of the first bad step:", problems)
 #
 # A finite run may still not learn, so judge the whole curve. The helper calls a replay
 # *healthy* when finite **and** learning: no spike, no stall, last 10 losses averaging
-# below 30 % of the first (the clean run: about 7 %). That is `nanlab.judge.judge`, also
+# below 30 % of the first (the clean run: about 7 %). That is `nanlab.analysis.judge.judge`, also
 # used by `diagnose` and, against the clean run's final loss, by the fault x fix matrix.
 
 # %%
 def outcome(fault_run):
-    """{'finite': no NaN, inf or crash; 'learning': what nanlab.judge calls healthy}."""
+    """{'finite': no NaN, inf or crash; 'learning': what nanlab.analysis.judge calls healthy}."""
     verdict = judge(fault_run)  # against its own start: no clean run needed
     finite = verdict.kind != "error" and verdict.first_nonfinite is None
     return {"finite": bool(finite), "learning": verdict.healthy}

@@ -46,12 +46,12 @@ import numpy as np
 import torch
 
 from nanlab import faults
+from nanlab.analysis.signals import final_loss, find_spikes, recovery_steps
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.faults import run_fault
 from nanlab.faults.corpus import detector_table, make_corpus
 from nanlab.guard import Guard, SpikeDetector
 from nanlab.guard.detectors import Nanlab
-from nanlab.signals import final_loss, find_spikes, recovery_steps
 from nanlab.train import Trainer
 from nanlab.viz import plot_compare, plot_loss
 from nanlab.viz.plots import kept_rows

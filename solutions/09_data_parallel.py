@@ -60,7 +60,7 @@ import torch
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.distributed import launch, replica_gap, replicas_identical, train_data_parallel
 from nanlab.guard import agree
-from nanlab.model import GPT
+from nanlab.toy.model import GPT
 from nanlab.train import TrainConfig
 
 start_lab("09_data_parallel")

@@ -64,7 +64,7 @@ from nanlab.interview import (
     grad_norm_jump,
     star_story,
 )
-from nanlab.record import RunRecord
+from nanlab.runs.record import RunRecord
 from nanlab.viz import plot_compare
 
 start_lab("10_interview")

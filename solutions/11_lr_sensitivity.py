@@ -44,7 +44,7 @@ import matplotlib.pyplot as plt
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import lr_sensitivity, lr_sweep
 from nanlab.debug.sensitivity import PAPER_LRS
-from nanlab.model import GPT
+from nanlab.toy.model import GPT
 from nanlab.train import TrainConfig
 
 start_lab("11_lr_sensitivity")

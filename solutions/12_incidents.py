@@ -37,10 +37,10 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
+from nanlab.analysis.signals import final_loss, find_spikes
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.faults import run_fault
 from nanlab.guard import Guard
-from nanlab.signals import final_loss, find_spikes
 from nanlab.train import TrainConfig, Trainer, stop_early
 from nanlab.viz import plot_compare, plot_loss
 

@@ -359,8 +359,8 @@ for name, want in (("resume_fresh_optimizer", "resume_full_state"),
 # optimizer, and passes over a bad one with a "bad_checkpoint" event:
 
 # %%
-from nanlab.checkpoint import nonfinite_tensors
 from nanlab.guard import Guard
+from nanlab.runs.checkpoint import nonfinite_tensors
 
 torch.manual_seed(0)
 net = torch.nn.Linear(1, 1)

@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 
 from nanlab import faults
-from nanlab.accum import split_batch, target_count
 from nanlab.course import check, hint, solution, start_lab  # noqa: F401  (yours, when stuck)
 from nanlab.debug import diagnose
 from nanlab.debug.attribution import per_sample_loss
 from nanlab.faults.hardware import flip_bit
+from nanlab.train.accum import split_batch, target_count
 
 start_lab("14_large_run_faults")
 
@@ -72,7 +72,7 @@ print(f"oov_token: {loud.error} at step {loud.first_bad_step}")
 # predicted logit becomes 0 after the max is subtracted. An id that no rank owns embeds
 # as a zero vector and its target costs `log Z - max`: finite, no error.
 # `oov_token_masked` runs the same ids through that arithmetic
-# (`nanlab/vocab_parallel.py`, two slices), in a shard of 5 batches from step 150.
+# (`nanlab/toy/vocab_parallel.py`, two slices), in a shard of 5 batches from step 150.
 
 # %%
 masked = faults.run_fault("oov_token_masked", steps=170)

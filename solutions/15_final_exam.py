@@ -65,15 +65,15 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 
-from nanlab.accum import split_batch, target_count
+from nanlab.analysis.judge import judge
 from nanlab.course import check, hint, predict, solution, start_lab  # noqa: F401
 from nanlab.course.mysteries import ExamMystery, exam_report
 from nanlab.debug import locate
 from nanlab.debug.attribution import per_sample_loss
 from nanlab.faults import SOP_STEPS, batch_problems, run_fault
 from nanlab.faults.mystery import EXAM_FAMILIES, EXAM_RUN, EXAM_SIZE
-from nanlab.judge import judge
 from nanlab.train import TrainConfig
+from nanlab.train.accum import split_batch, target_count
 from nanlab.viz import plot_grad_heatmap  # noqa: F401  (for your investigation)
 
 start_lab("15_final_exam")
@@ -149,7 +149,7 @@ predict("exam_first_look", my_predictions)
 
 # %%
 def outcome(fault_run):
-    """{'finite': no NaN, inf or crash; 'learning': what nanlab.judge calls healthy}."""
+    """{'finite': no NaN, inf or crash; 'learning': what nanlab.analysis.judge calls healthy}."""
     verdict = judge(fault_run)
     finite = verdict.kind != "error" and verdict.first_nonfinite is None
     return {"finite": bool(finite), "learning": verdict.healthy}

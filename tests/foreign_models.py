@@ -371,7 +371,7 @@ def outcome(spec: Foreign, fault: str, clean: list[float], steps: int = 40,
         if v - floor > JUMP * (max(clean[:k + 1]) - floor):
             return Outcome("fires", k, f"loss {v:.3g} vs clean {clean[k]:.3g}", said,
                            f"{(v - floor) / (clean[k] - floor):.0f}x clean")
-    from nanlab.judge import judge
+    from nanlab.analysis.judge import judge
 
     verdict = judge(losses, clean=sum(clean[-5:]) / 5)  # the course's own judge, any sign
     if verdict.kind in ("spike", "diverge"):  # finite, but far from where the clean run is

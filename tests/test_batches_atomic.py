@@ -1,4 +1,4 @@
-"""One walker over nested batches (nanlab.batches) and one atomic writer (nanlab.atomic)."""
+"""One walker over nested batches (nanlab.train.batches), one atomic writer (nanlab.runs.atomic)."""
 
 import collections
 import dataclasses
@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from nanlab import faults
-from nanlab.atomic import atomic_torch_save, atomic_write, atomic_write_with
-from nanlab.batches import map_tensors, named_tensors, replace_tensor, tensor_at, tensor_paths
-from nanlab.checkpoint import CheckpointStore, atomic_save, safe_load
 from nanlab.errors import NanlabError
-from nanlab.record import RunRecord
+from nanlab.runs.atomic import atomic_torch_save, atomic_write, atomic_write_with
+from nanlab.runs.checkpoint import CheckpointStore, atomic_save, safe_load
+from nanlab.runs.record import RunRecord
+from nanlab.train.batches import map_tensors, named_tensors, replace_tensor, tensor_at, tensor_paths
 
 
 @dataclasses.dataclass
@@ -109,7 +109,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
 
 
 def test_checkpoints_progress_and_manifests_go_through_the_one_writer(tmp_path, monkeypatch):
-    import nanlab.atomic as atomic
+    import nanlab.runs.atomic as atomic
     from nanlab.course import progress
     from nanlab.course.notebooks import atomic_write as notebook_writer
 

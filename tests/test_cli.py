@@ -224,7 +224,7 @@ def test_training_config_flags_reach_the_run(capsys, monkeypatch, tmp_path):
 
 
 def test_typed_values_from_field_types():
-    from nanlab import cli_parse
+    from nanlab.cli import parse as cli_parse
 
     parse = cli_parse.parse_value
     assert parse("grad_scaler", "0", bool | None) is False

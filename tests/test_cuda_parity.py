@@ -24,8 +24,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
 from nanlab import faults
+from nanlab.analysis.judge import judge
 from nanlab.debug.locate import locate
-from nanlab.judge import judge
 from nanlab.train import to_device
 
 # The CUDA autocast op lists. Source: PyTorch documentation, "Automatic Mixed Precision

@@ -1,4 +1,4 @@
-"""The adaptive cures (nanlab.cures): each mechanism on hand-made tensors, on optimizers and
+"""The adaptive cures (nanlab.optim.cures): each mechanism on hand-made tensors, on optimizers and
 models nanlab did not make, as fixes of the matrix, and refused with one line where it
 cannot act."""
 
@@ -12,11 +12,11 @@ import torch
 import torch.nn as nn
 from shared_runs import shared_run
 
-from nanlab import cures
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
 from nanlab.faults import run_fault
-from nanlab.model import GPT, AttentionScores, GPTConfig, soft_cap
+from nanlab.optim import cures
+from nanlab.toy.model import GPT, AttentionScores, GPTConfig, soft_cap
 from nanlab.train import TrainConfig, Trainer, stop_early
 
 

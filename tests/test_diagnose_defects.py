@@ -12,13 +12,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nanlab.analysis.judge import failure_point, judge
+from nanlab.analysis.signals import find_spikes
 from nanlab.debug import diagnose
 from nanlab.debug.sop_checks import fan_in, init_and_eps
 from nanlab.debug.user_code import grad_growth
 from nanlab.faults.fixes import LabelRange, batch_problems, is_hf_model, reinit
-from nanlab.judge import failure_point, judge
-from nanlab.record import RunRecord
-from nanlab.signals import find_spikes
+from nanlab.runs.record import RunRecord
 from nanlab.train import TrainConfig, Trainer
 
 

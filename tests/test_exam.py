@@ -7,7 +7,7 @@ import re
 import pytest
 from shared_runs import shared_run
 
-from nanlab.config import TrainConfig
+from nanlab.analysis.judge import judge
 from nanlab.course.mysteries import EXAM_EVIDENCE, ExamMystery, exam_report
 from nanlab.errors import NanlabError
 from nanlab.faults import FAULTS, fault_config, mystery
@@ -22,7 +22,7 @@ from nanlab.faults.mystery import (
     exam_draw,
     exam_run,
 )
-from nanlab.judge import judge
+from nanlab.train.config import TrainConfig
 
 CLAIMED = {"dirty_data", "learning_rate", "fp16_overflow", "softmax_overflow",
            "adam_eps_fp16", "bad_init", "myth", "optimizer_state", "grad_accum",

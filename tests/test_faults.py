@@ -10,10 +10,10 @@ from foreign_models import TinyEncoderLM, classifier_loss, lm_batches, lm_loss
 from shared_runs import shared_run
 
 from nanlab import faults
-from nanlab.data import CountingTask
+from nanlab.analysis.judge import judge
+from nanlab.analysis.signals import final_loss, find_spikes, is_stalled, recovery_steps
 from nanlab.errors import NanlabError
-from nanlab.judge import judge
-from nanlab.signals import final_loss, find_spikes, is_stalled, recovery_steps
+from nanlab.toy.data import CountingTask
 
 CLEAN_FINAL = 0.1  # the clean run is below this by step 200 (see test_train)
 

@@ -1,7 +1,7 @@
 """Every registered fault on models nanlab did not make, in the README's plain loop.
 
 Each fault either refuses at ``inject()`` time with one line, or fires: its signature
-(a crash, a non-finite loss, a loss far above the clean run's, or what nanlab.judge calls
+(a crash, a non-finite loss, a loss far above the clean run's, or what nanlab.analysis.judge calls
 a spike or a divergence against the clean run) shows within 40 steps. The LR and
 optimizer-state faults run in the tuned loop instead (``foreign_models.TUNED``: each
 model at its LR sweep's best, warmup + cosine, 100 steps, the fault at step 40 once the

@@ -13,17 +13,17 @@ import pytest
 import torch
 
 from nanlab import faults
-from nanlab.accum import accumulate
-from nanlab.config import TrainConfig
-from nanlab.data import IGNORE_INDEX
+from nanlab.analysis.judge import judge
+from nanlab.analysis.signals import final_loss
 from nanlab.debug.diagnose import diagnose
 from nanlab.debug.grad_accum_checks import audit_gradient
 from nanlab.errors import NanlabError
 from nanlab.faults.grad_accum import mean_of_means as averaged_means
 from nanlab.faults.matrix import run_cell
-from nanlab.judge import judge
-from nanlab.signals import final_loss
+from nanlab.toy.data import IGNORE_INDEX
 from nanlab.train import Trainer
+from nanlab.train.accum import accumulate
+from nanlab.train.config import TrainConfig
 
 PADDED = {"pad_prob": 0.5, "model": {"vocab_size": 33, "pad_id": 32}}
 
@@ -47,7 +47,7 @@ def padded_batch():
 
 def test_token_weighted_accumulation_equals_one_pass_over_the_batch(padded_batch):
     config, batch = padded_batch
-    from nanlab.accum import split_batch, target_count
+    from nanlab.train.accum import split_batch, target_count
 
     counts = [target_count(m) for m in split_batch(batch, 4)]
     assert len(set(counts)) > 1, counts  # the micro-batches differ: the test can fail

@@ -9,11 +9,11 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from nanlab import faults  # noqa: E402
-from nanlab.batches import plain
+from nanlab.analysis.signals import final_loss  # noqa: E402
 from nanlab.errors import NanlabError  # noqa: E402
 from nanlab.guard import Guard, SpikeDetector  # noqa: E402
-from nanlab.signals import final_loss  # noqa: E402
 from nanlab.train import TrainConfig, Trainer  # noqa: E402
+from nanlab.train.batches import plain
 from nanlab.viz.plots import kept_rows, plot_loss  # noqa: E402
 
 
@@ -482,7 +482,7 @@ def test_the_same_batch_failing_again_later_is_a_repeat():
 
 
 def test_plain_converts_batches_for_weights_only_loading():
-    from nanlab.data import CountingTask
+    from nanlab.toy.data import CountingTask
 
     batch = plain(CountingTask()(0))
     assert batch["type"] == "Batch" and batch["tokens"].shape == (32, 32)

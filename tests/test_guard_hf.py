@@ -19,9 +19,9 @@ import torch
 from framework_checks import assert_ranks_agree, assert_readme_example_survives
 from torch.utils.data import IterableDataset
 
-from nanlab.checkpoint import safe_load
 from nanlab.distributed import launch
 from nanlab.errors import NanlabError
+from nanlab.runs.checkpoint import safe_load
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # transformers.Trainer needs it (the nanlab[hf] extra)

@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from framework_checks import assert_ranks_agree, assert_readme_example_survives
 from torch.utils.data import DataLoader, TensorDataset
 
-from nanlab.checkpoint import safe_load
 from nanlab.distributed import launch
 from nanlab.errors import NanlabError
+from nanlab.runs.checkpoint import safe_load
 
 L = pytest.importorskip("lightning")
 GuardCallback = pytest.importorskip("nanlab.guard.lightning").GuardCallback

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import nanlab.half_matmul as half_matmul_module
-from nanlab.half_matmul import HalfMatmulInFp32, applies, half_matmul, matmul_in_fp32
+import nanlab.layers.half_matmul as half_matmul_module
+from nanlab.layers.half_matmul import HalfMatmulInFp32, applies, half_matmul, matmul_in_fp32
 from nanlab.train import TrainConfig, Trainer
 
 aten = torch.ops.aten

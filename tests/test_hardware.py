@@ -12,12 +12,12 @@ import torch
 import torch.nn as nn
 
 from nanlab import faults
+from nanlab.analysis.judge import judge
+from nanlab.analysis.signals import final_loss
 from nanlab.errors import NanlabError
 from nanlab.faults.hardware import flip_bit, linears
 from nanlab.faults.matrix import run_cell
 from nanlab.guard import Guard
-from nanlab.judge import judge
-from nanlab.signals import final_loss
 
 STEPS = 200
 SPIKE = {"layer": -1, "bit": -3, "element": 33}  # a logit times 2^64: finite, huge

@@ -520,8 +520,8 @@ def test_cheat_sheet_numbers_terms_and_length():
 
 def test_adam_numbers_in_bank_and_cheat_sheet_come_from_one_function(bank):
     """The fp16 Adam-v threshold and Kingma & Ba's step bound are quoted as
-    nanlab.numerics computes them (Lab 04 and Lab 03 print the same functions)."""
-    from nanlab.numerics import adam_step_bound, adam_v_underflow_grad
+    nanlab.optim.numerics computes them (Lab 04 and Lab 03 print the same functions)."""
+    from nanlab.optim.numerics import adam_step_bound, adam_v_underflow_grad
 
     sheet = cheat_sheet()
     eps_answer = get_question("adam-eps-fp16", bank).answer
@@ -683,7 +683,7 @@ def test_the_wording_reads_for_every_cause_and_symptom(dirty_story):
 
 
 def test_grad_norm_jump_reads_an_explosion():
-    from nanlab.record import RunRecord
+    from nanlab.runs.record import RunRecord
 
     rec = RunRecord()
     norms = [1.0] * 10 + [10.0 ** (k / 4) for k in range(1, 17)] + [float("inf")]

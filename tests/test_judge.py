@@ -1,13 +1,13 @@
-"""One judge of a run (nanlab.judge): curves made by hand, each with its verdict."""
+"""One judge of a run (nanlab.analysis.judge): curves made by hand, each with its verdict."""
 
 import math
 
 import numpy as np
 import pytest
 
+from nanlab.analysis.judge import FAILURES, STREAK, VERDICTS, judge, loss_limit
 from nanlab.errors import NanlabError
-from nanlab.judge import FAILURES, STREAK, VERDICTS, judge, loss_limit
-from nanlab.record import RunRecord
+from nanlab.runs.record import RunRecord
 
 FALL = 3.5 * np.exp(-np.arange(120) / 20)  # a healthy run: 3.5 -> ~0.01
 

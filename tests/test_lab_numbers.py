@@ -91,7 +91,8 @@ ARITHMETIC: dict[str, dict[str, str]] = {
                       "0.125": "Xavier's std for a 64 → 64 weight, √(1/64)",
                       "0.177": "He's std for a 64 → 64 weight, √(2/64)"},
     "06_norms_softmax": {"90": "300², a variance of about 90 000"},
-    "07_sop_mystery": {"30": "nanlab.judge's threshold for 'learning', 30 % of the first loss"},
+    "07_sop_mystery": {"30": "nanlab.analysis.judge's threshold for 'learning', 30 % of "
+                          "the first loss"},
     "08_guard_recovery": {"2,048": "a worked example of a large run",
                           "49,000": "2,048 GPUs × 24 hours, the worked example",
                           "56": "the step before the printed failure at step 57"},

@@ -14,18 +14,18 @@ from foreign_scenarios import base, gpt2, hf_loss, lm_batch
 from shared_runs import shared_run
 
 from nanlab import faults
-from nanlab.data import CountingTask
+from nanlab.analysis.judge import judge
+from nanlab.analysis.signals import final_loss, find_spikes
 from nanlab.debug.attribution import per_sample_loss
 from nanlab.debug.diagnose import diagnose
 from nanlab.errors import NanlabError
 from nanlab.faults.fixes import batch_problems, label_range
 from nanlab.faults.llm_data import degenerate_rows
 from nanlab.faults.matrix import run_cell
-from nanlab.judge import judge
-from nanlab.model import GPTConfig
-from nanlab.signals import final_loss, find_spikes
+from nanlab.toy.data import CountingTask
+from nanlab.toy.model import GPTConfig
+from nanlab.toy.vocab_parallel import VocabParallelEmbedding, vocab_parallel_cross_entropy
 from nanlab.train import TrainConfig, Trainer
-from nanlab.vocab_parallel import VocabParallelEmbedding, vocab_parallel_cross_entropy
 
 # test_diagnose's run (no NaN here: stopping when poisoned and checkpoints every 10 steps
 # change nothing in the numbers), trained once per session

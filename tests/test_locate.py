@@ -126,7 +126,7 @@ def test_deep_explosion_overflows_the_grad_norm_and_maybe_the_optimizer_state():
     """The grad norm's sum of squares overflows first. Adam's exp_avg_sq overflows only
     once a single entry's square does: on that step on some CPU kernel paths, a few steps
     later on others. locate reports the optimizer's inf exactly when the state holds one."""
-    from nanlab.checkpoint import nonfinite_tensors
+    from nanlab.runs.checkpoint import nonfinite_tensors
 
     adam_overflowed = bool(nonfinite_tensors(run_of("deep_explosion").trainer.optimizer
                                              .state_dict()))

@@ -1,7 +1,7 @@
 """The learning-rate and optimizer-state faults on runs nanlab did not make (issue 27).
 
 The LR lever is a factor on whatever LR the optimizer and its schedule give at each step
-(nanlab.lr_lever): it holds under any scheduler, and the scheduler, ReduceLROnPlateau
+(nanlab.optim.lr_lever): it holds under any scheduler, and the scheduler, ReduceLROnPlateau
 and a checkpoint still see the user's own LR. Each fault runs in the user's own loop
 (AdamW, a warmup + cosine LambdaLR) against the same loop without it; numbers measured
 on one CPU thread are in the comments.
@@ -15,7 +15,7 @@ import torch
 
 from nanlab import faults
 from nanlab.errors import NanlabError
-from nanlab.lr_lever import applied_lr, lr_lever, set_lr_factor
+from nanlab.optim.lr_lever import applied_lr, lr_lever, set_lr_factor
 from tests.foreign_models import (
     DigitCNN,
     TinyEncoderLM,

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from nanlab.errors import NanlabError
-from nanlab.model import GPT, GPTConfig
+from nanlab.toy.model import GPT, GPTConfig
 
 
 @pytest.mark.parametrize("changes", [
@@ -28,7 +28,7 @@ def test_every_switch_builds_and_runs(changes):
 def test_naive_and_stable_softmax_agree_on_small_scores():
     """The softmax_overflow fault's swapped-in softmax is the model's own on small scores."""
     from nanlab.faults.precision import NaiveSoftmax, swap_softmaxes
-    from nanlab.model import Softmax
+    from nanlab.toy.model import Softmax
 
     torch.manual_seed(0)
     stable, naive = GPT(GPTConfig()), GPT(GPTConfig())
@@ -39,7 +39,7 @@ def test_naive_and_stable_softmax_agree_on_small_scores():
 
 
 def test_manual_and_torch_layernorm_agree_in_fp32():
-    from nanlab.model import LayerNorm
+    from nanlab.toy.model import LayerNorm
 
     torch.manual_seed(0)
     x = torch.randn(4, 64)
@@ -49,7 +49,7 @@ def test_manual_and_torch_layernorm_agree_in_fp32():
 
 def test_no_config_field_exists_only_for_a_fault():
     """Issue 27: a fault acts through a lever; the configs keep real hyperparameters."""
-    from nanlab.config import RETIRED, RETIRED_MODEL, TrainConfig
+    from nanlab.train.config import RETIRED, RETIRED_MODEL, TrainConfig
 
     assert not set(RETIRED_MODEL) & set(GPTConfig().to_dict())
     assert not set(RETIRED) & set(TrainConfig().to_dict())

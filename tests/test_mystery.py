@@ -6,10 +6,10 @@ import shutil
 import pytest
 
 from nanlab.cli import main
-from nanlab.config import TrainConfig
 from nanlab.debug.diagnose import diagnose, load_run
 from nanlab.errors import NanlabError
 from nanlab.faults import fault_config, mystery, run_fault
+from nanlab.train.config import TrainConfig
 
 
 def test_draw_is_a_pure_function_of_the_seed_and_covers_the_pool():

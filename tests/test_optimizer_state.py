@@ -11,11 +11,11 @@ import torch
 from shared_runs import shared_run
 
 from nanlab import faults
-from nanlab.config import TrainConfig
+from nanlab.analysis.signals import final_loss, find_spikes
 from nanlab.errors import NanlabError
 from nanlab.faults.matrix import run_cell
-from nanlab.signals import final_loss, find_spikes
 from nanlab.train import Trainer, lr_factor
+from nanlab.train.config import TrainConfig
 
 
 @pytest.fixture
@@ -166,9 +166,9 @@ def test_recover_passes_over_a_checkpoint_whose_adam_state_overflowed(threads, r
     its weights. Resumed from it with Guard("recover"), the first failure must not roll
     back to a state whose optimizer is poisoned: the guard checks every floating tensor,
     logs "bad_checkpoint" and goes back further, to a fully finite state."""
-    from nanlab.checkpoint import nonfinite_tensors
     from nanlab.faults.run import build_fault_trainer
     from nanlab.guard import Guard
+    from nanlab.runs.checkpoint import nonfinite_tensors
 
     if threads == 2:
         request.getfixturevalue("two_threads")

@@ -12,7 +12,7 @@ from matplotlib.colors import LogNorm, to_rgba  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from nanlab.errors import NanlabError  # noqa: E402
-from nanlab.record import RunRecord  # noqa: E402
+from nanlab.runs.record import RunRecord  # noqa: E402
 from nanlab.train import TrainConfig, train  # noqa: E402
 from nanlab.viz import plots  # noqa: E402
 

@@ -14,11 +14,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from foreign_models import TinyEncoderLM
 
-from nanlab.config import TrainConfig
 from nanlab.debug.probes import ModelProbe, attention_stats
 from nanlab.debug.sensitivity import independent_decay, lr_sensitivity, lr_sweep
 from nanlab.errors import NanlabError
 from nanlab.train import Trainer
+from nanlab.train.config import TrainConfig
 
 
 class HandAttention(nn.Module):

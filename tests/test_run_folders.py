@@ -26,12 +26,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nanlab import cli
-from nanlab.checkpoint import CheckpointStore
 from nanlab.debug.runs import load_run
 from nanlab.errors import NanlabError, Terminated
 from nanlab.faults import run_fault
 from nanlab.faults.mystery import grade, reveal, seal
-from nanlab.record import RunRecord
+from nanlab.runs.checkpoint import CheckpointStore
+from nanlab.runs.record import RunRecord
 from nanlab.train import TrainConfig, Trainer
 
 
@@ -452,7 +452,7 @@ def test_overwrite_keeps_the_old_run_until_the_new_one_has_started(run_dir, monk
 KILL_AFTER_CHECKPOINT = """
 import os, signal, sys
 from nanlab import cli
-from nanlab.checkpoint import CheckpointStore
+from nanlab.runs.checkpoint import CheckpointStore
 
 save = CheckpointStore.save
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from nanlab import cli
-from nanlab.atomic import atomic_write, open_append, read_capped, storage_error
 from nanlab.errors import NanlabError, StorageError
 from nanlab.faults.mystery import grade, seal
-from nanlab.record import RunRecord
+from nanlab.runs.atomic import atomic_write, open_append, read_capped, storage_error
+from nanlab.runs.record import RunRecord
 from nanlab.train import TrainConfig, Trainer
 
 
@@ -213,7 +213,7 @@ def test_a_compressed_checkpoint_is_refused_before_it_inflates(tmp_path):
     import io
     import zipfile
 
-    from nanlab.checkpoint import safe_load
+    from nanlab.runs.checkpoint import safe_load
 
     buf = io.BytesIO()
     torch.save({"w": torch.zeros(1000)}, buf)

@@ -9,7 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E4
     EventAccumulator,
 )
 
-from nanlab.record import RunRecord  # noqa: E402
+from nanlab.runs.record import RunRecord  # noqa: E402
 from nanlab.train import TrainConfig, train  # noqa: E402
 from nanlab.viz.tensorboard import export_tensorboard  # noqa: E402
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from nanlab.checkpoint import CheckpointStore
-from nanlab.data import IGNORE_INDEX, CountingTask
 from nanlab.errors import NanlabError
-from nanlab.record import RunRecord
+from nanlab.runs.checkpoint import CheckpointStore
+from nanlab.runs.record import RunRecord
+from nanlab.toy.data import IGNORE_INDEX, CountingTask
 from nanlab.train import TrainConfig, Trainer, lr_factor, train
 
 

@@ -18,7 +18,7 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 
 from nanlab.errors import NanlabError  # noqa: E402
 from nanlab.faults import SOP_STEPS  # noqa: E402
-from nanlab.record import RunRecord  # noqa: E402
+from nanlab.runs.record import RunRecord  # noqa: E402
 from nanlab.train import TrainConfig, Trainer, train  # noqa: E402
 from nanlab.viz import (  # noqa: E402
     layer_values,

@@ -33,7 +33,7 @@ from nanlab.faults.mystery import (
     exam_run,
     run_hints,
 )
-from nanlab.train import TrainConfig
+from nanlab.train.trainer import TrainConfig
 
 EVIDENCE = {"data": "the batch of the first bad step fails the batch checks",
             "amp": "the fp32 replay is finite and learning",

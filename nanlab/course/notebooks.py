@@ -43,8 +43,8 @@ from pathlib import Path
 
 import nbformat
 
-from nanlab.atomic import atomic_write
 from nanlab.errors import NanlabError
+from nanlab.runs.atomic import atomic_write
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nanlab.atomic import atomic_write
+from nanlab.runs.atomic import atomic_write
 
 ENV_VAR = "NANLAB_PROGRESS"
 VERSION = 1

@@ -7,8 +7,8 @@ by running the run's own loss function on each sample alone, so it works for any
 and loss that take a batch-first batch, and ranks the samples with what their tokens
 look like (the share of the most common token: one token repeated is 1.0).
 
->>> from nanlab.model import GPT, GPTConfig
->>> from nanlab.data import CountingTask
+>>> from nanlab.toy.model import GPT, GPTConfig
+>>> from nanlab.toy.data import CountingTask
 >>> import torch
 >>> torch.manual_seed(0) and None
 >>> batch = CountingTask(batch_size=4)(0)
@@ -30,9 +30,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from nanlab.batches import map_tensors, tensor_paths, to_device
 from nanlab.faults.llm_data import MAX_TOKEN_SHARE, degenerate_rows, token_paths
-from nanlab.objective import lm_loss
+from nanlab.train.batches import map_tensors, tensor_paths, to_device
+from nanlab.train.objective import lm_loss
 
 CULPRIT_FACTOR = 3.0  # a sample whose loss is above 3x the batch's median carries the spike
 
@@ -120,8 +120,8 @@ def per_sample_loss(model: nn.Module, batch: Any,
     checkpoint's "model") scores a copy of the model with those weights instead: the
     model as it was when the batch arrived.
 
-    >>> from nanlab.model import GPT, GPTConfig
-    >>> from nanlab.data import CountingTask
+    >>> from nanlab.toy.model import GPT, GPTConfig
+    >>> from nanlab.toy.data import CountingTask
     >>> a = per_sample_loss(GPT(GPTConfig()), CountingTask(batch_size=3)(0))
     >>> [s.index for s in a.samples] == sorted(range(3), key=lambda i: -a.by_index[i].loss)
     True

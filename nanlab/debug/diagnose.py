@@ -14,7 +14,7 @@ The order goes from cheap to expensive, from likely to rare (claim M2):
 
 A replay that makes the NaN go away is not yet the cause. With AMP off a run at a far
 too high LR stops producing NaN and still diverges (FINDINGS: fp16 only made the
-divergence loud), so each replay is judged on its loss curve by :func:`nanlab.judge.judge`
+divergence loud), so each replay is judged on its loss curve by :func:`nanlab.analysis.judge.judge`
 against the bad run itself: finite, no spike, no stall, as far along at the step where
 the bad run failed as the bad run was, and still learning after it (any loss scale, any
 learning speed). The first step whose replay is healthy names the cause; the fix that
@@ -52,14 +52,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from nanlab import faults as faults_mod
+from nanlab.analysis.judge import STREAK, judge
 from nanlab.debug.checks import Case, Outcome, registered
 from nanlab.debug.runs import load_run
 from nanlab.debug.sop_checks import EXPLOSION_DECADES, LR_CUTS, health, symptom_of
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
 from nanlab.faults.catalogue import cure_for
-from nanlab.judge import STREAK, judge
-from nanlab.train import TrainConfig, Trainer, stop_early
+from nanlab.train.trainer import TrainConfig, Trainer, stop_early
 
 MIN_REPLAY_STEPS = 100  # long enough for the toy to learn to ~0.4 from ~3.5
 

@@ -21,10 +21,10 @@ import math
 
 import torch
 
-from nanlab.accum import split_batch, target_count
-from nanlab.batches import to_device
 from nanlab.debug.checks import Case, Outcome, register_check
-from nanlab.objective import global_grad_norm
+from nanlab.train.accum import split_batch, target_count
+from nanlab.train.batches import to_device
+from nanlab.train.objective import global_grad_norm
 
 WINDOW = 30  # the steps before the symptom whose micro-batches are read
 SHORT = 0.1  # a micro-batch with under 10 % of the largest one's targets is short

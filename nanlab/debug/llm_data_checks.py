@@ -8,10 +8,10 @@ samples carry the spike and share a degenerate pattern (:func:`per_sample_loss`)
 
 from __future__ import annotations
 
-from nanlab.batches import tensor_paths
 from nanlab.debug.attribution import per_sample_loss
 from nanlab.debug.checks import Case, Outcome, register_check
 from nanlab.faults.llm_data import degenerate_rows, oov_ids, token_paths
+from nanlab.train.batches import tensor_paths
 
 SHARD_LOOKAROUND = 50  # batches read on each side of the spike to find the shard's ends
 

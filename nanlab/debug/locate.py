@@ -50,8 +50,8 @@ import torch
 
 from nanlab.debug.trace import MAX_EVENTS, PASSES, Event, _Tracer
 from nanlab.errors import NanlabError, check_range
-from nanlab.record import RunRecord
-from nanlab.train import StepInfo, Trainer
+from nanlab.runs.record import RunRecord
+from nanlab.train.trainer import StepInfo, Trainer
 
 
 # ---------------------------------------------------------------------------------------

@@ -22,8 +22,8 @@ over the last dim of a 4-D tensor (Hugging Face "eager" attention, minGPT) with 
 ``TorchFunctionMode``; the logits are the model's output (a tensor, ``.logits`` or
 ``["logits"]``) or the output of a module you name.
 
->>> from nanlab.model import GPT, GPTConfig
->>> from nanlab.train import Trainer, TrainConfig
+>>> from nanlab.toy.model import GPT, GPTConfig
+>>> from nanlab.train.trainer import Trainer, TrainConfig
 >>> trainer = Trainer(TrainConfig(steps=4, progress=False))
 >>> probe = ModelProbe(trainer.model, every=2).attach(trainer)
 >>> _ = trainer.run()
@@ -170,7 +170,7 @@ class ModelProbe:
     """Max attention logit, attention entropy, output log Z and per-layer update ratios.
 
     ``attention``: names of modules whose forward input is the attention logits (masked
-    entries -inf) and whose output is the softmax, or "auto" (every ``nanlab.model.Softmax``
+    entries -inf) and whose output is the softmax, or "auto" (every ``nanlab.toy.model.Softmax``
     and ``nn.MultiheadAttention``, whose logits are recomputed from its projections, plus
     the function-level capture described in the module docstring). ``logits``: the
     name of the module that outputs the final logits, or "auto" (the model's output).
@@ -202,7 +202,7 @@ class ModelProbe:
         self.model, self.every = model, every
         modules = dict(model.named_modules())
         if attention == "auto":
-            from nanlab.model import Softmax
+            from nanlab.toy.model import Softmax
 
             self.attention_names = [n for n, m in modules.items()
                                     if isinstance(m, (Softmax, nn.MultiheadAttention))]

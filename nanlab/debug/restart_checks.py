@@ -1,7 +1,7 @@
 """Did a restart or a quiet period leave the optimizer in a state that makes a spike?
 
 Read from the run's own log: the "restart" events the trainer writes (what the resumed
-state held, measured on the optimizer and the scheduler: see :mod:`nanlab.resume`) and
+state held, measured on the optimizer and the scheduler: see :mod:`nanlab.train.resume`) and
 the per-layer grad-norm history (layers whose gradients were exactly 0, then woke up).
 :func:`nanlab.debug.diagnose` calls these after the data check; each returns the
 evidence in words.
@@ -99,7 +99,7 @@ def check_woken_layers(run, step: int | None) -> str | None:
 def saved_optimizer_steps(trainer, step: int) -> int | None:
     """Adam's step count in the checkpoint of ``step`` (None: not kept, or no count).
 
-    >>> from nanlab.train import TrainConfig, Trainer
+    >>> from nanlab.train.trainer import TrainConfig, Trainer
     >>> trainer = Trainer(TrainConfig(steps=3, progress=False))
     >>> _ = trainer.run()
     >>> saved_optimizer_steps(trainer, 0), saved_optimizer_steps(trainer, 99)

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from nanlab import faults as faults_mod
-from nanlab.checkpoint import CheckpointStore
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
-from nanlab.record import FOREIGN, RunRecord
-from nanlab.train import TrainConfig
+from nanlab.runs.checkpoint import CheckpointStore
+from nanlab.runs.record import FOREIGN, RunRecord
+from nanlab.train.trainer import TrainConfig
 
 REPLAY_MARGIN = 100  # steps a replay may run past the recorded ones (diagnose's horizon)
 

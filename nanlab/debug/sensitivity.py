@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from nanlab.config import TrainConfig
 from nanlab.debug.probes import ModelProbe
 from nanlab.errors import NanlabError
-from nanlab.train import Trainer, lm_loss, stop_early
+from nanlab.train.config import TrainConfig
+from nanlab.train.trainer import Trainer, lm_loss, stop_early
 
 PAPER_LRS = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)  # Wortsman et al. 2023, section 2.2
 EVAL_OFFSET = 1_000_000  # held-out batches: indices no training run reaches

@@ -12,15 +12,15 @@ import numpy as np
 import torch.nn as nn
 
 from nanlab import faults as faults_mod
+from nanlab.analysis.judge import judge
+from nanlab.analysis.signals import is_stalled
 from nanlab.debug.checks import Case, Outcome, register_check
 from nanlab.debug.user_code import grad_growth, user_op
 from nanlab.errors import NanlabError
 from nanlab.faults import fixes as fixes_mod
 from nanlab.faults.catalogue import cure_for
-from nanlab.judge import judge
-from nanlab.norms import norm_modules
-from nanlab.record import RunRecord
-from nanlab.signals import is_stalled
+from nanlab.layers.norms import norm_modules
+from nanlab.runs.record import RunRecord
 
 RELU_TYPES = (nn.ReLU, nn.ReLU6, nn.Threshold)  # units that can die (output exactly 0)
 EXPLOSION_DECADES = 3.0  # grad norm growth (orders of magnitude) that counts as explosion
@@ -31,7 +31,7 @@ ONE_HOT = (nn.Embedding, nn.EmbeddingBag)  # a row looked up by one id: fan-in 1
 
 
 def health(run: faults_mod.FaultRun, baseline=None) -> tuple[bool, str]:
-    """Is a replay healthy? Judged on the whole loss curve (:func:`nanlab.judge.judge`),
+    """Is a replay healthy? Judged on the whole loss curve (:func:`nanlab.analysis.judge.judge`),
     not only on finiteness, and against ``baseline``, the bad run it replays: at the
     step the bad run failed it must be as far as the bad run was, then keep learning.
 
@@ -49,7 +49,7 @@ def health(run: faults_mod.FaultRun, baseline=None) -> tuple[bool, str]:
 
 def symptom_of(run: faults_mod.FaultRun) -> tuple[str, int | None]:
     """What the run shows: a crash, a non-finite step, a spike, a stall or a divergence
-    (:func:`nanlab.judge.judge` against its own start), and at which step.
+    (:func:`nanlab.analysis.judge.judge` against its own start), and at which step.
 
     >>> run = faults_mod.run_fault("nan_input", steps=60)  # doctest: +SKIP
     >>> symptom_of(run)  # doctest: +SKIP
@@ -139,7 +139,7 @@ def lr_jump(record: RunRecord, near: int | None) -> str | None:
 
 @register_check("lr", "learning_rate", rank=10)
 def check_lr(case: Case) -> Outcome:
-    from nanlab.judge import gives_reference
+    from nanlab.analysis.judge import gives_reference
 
     jump = lr_jump(case.run.record, case.step)
     if jump:

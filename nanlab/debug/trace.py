@@ -16,9 +16,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from nanlab.batches import named_tensors
-from nanlab.half_matmul import run_op
-from nanlab.train import StepInfo, Trainer
+from nanlab.layers.half_matmul import run_op
+from nanlab.train.batches import named_tensors
+from nanlab.train.trainer import StepInfo, Trainer
 
 PASSES = ("data", "forward", "loss", "backward", "optimizer")
 MAX_EVENTS = 20

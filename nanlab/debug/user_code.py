@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from nanlab.debug.checks import Case, Outcome, register_check
-from nanlab.record import RunRecord
+from nanlab.runs.record import RunRecord
 
 SINGULAR_OPS = {  # aten op -> what to add there
     "div": "a floor on the divisor (x / d.clamp(min=eps))",

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nanlab.analysis.judge import FAILURES
 from nanlab.errors import NanlabError, check_choice, check_range
-from nanlab.judge import FAILURES
 
 if TYPE_CHECKING:
     from nanlab.faults.levers import Injection
@@ -45,7 +45,7 @@ SOP_STEPS = {
     "grad_norms": "4. read the per-layer grad-norm history",
     "init_eps": "5. check init scale and norm eps",
 }
-SIGNATURES = FAILURES  # a fault's signature is what nanlab.judge says of its run
+SIGNATURES = FAILURES  # a fault's signature is what nanlab.analysis.judge says of its run
 
 
 @dataclass(frozen=True)

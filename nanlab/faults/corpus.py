@@ -56,7 +56,7 @@ from nanlab.faults.levers import Injection
 from nanlab.faults.run import build_fault_trainer, execute
 from nanlab.guard.detectors import RULES, Detector, alarms
 from nanlab.guard.guard import Guard
-from nanlab.train import TrainConfig, stop_early
+from nanlab.train.trainer import TrainConfig, stop_early
 
 RECOVERY = 20  # steps a recovering spike may take to come back (measured: lr_jump ~20)
 MAX_FALSE_ALARMS = 1.0  # per 1,000 healthy steps: the bar for "best"

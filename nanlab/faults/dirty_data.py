@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import AT_STEP, Fault, Param, needs_batch, register
+from nanlab.toy.data import IGNORE_INDEX
 
 if TYPE_CHECKING:
     from nanlab.faults.levers import Injection
@@ -89,7 +89,7 @@ register(Fault(
 def _needs_raw_hooks(inj: Injection, p: dict) -> None:
     if getattr(inj.source, "raw_hooks", None) is None:
         raise NanlabError("zero_std: the batch source must standardise each batch itself and "
-                          "expose raw_hooks (like nanlab.data.CountingTask); a batch that "
+                          "expose raw_hooks (like nanlab.toy.data.CountingTask); a batch that "
                           "arrives standardised has no std left to be 0: standardise a "
                           "constant column by its batch std in your own pipeline to see it")
 

@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from nanlab import cures
-from nanlab.batches import map_tensors, named_tensors
-from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError, check_choice
 from nanlab.faults.catalogue import SOP_STEPS
-from nanlab.model import GPT
-from nanlab.norms import eps_field, norm_modules
-from nanlab.train import TrainConfig, Trainer, to_device
+from nanlab.layers.norms import eps_field, norm_modules
+from nanlab.optim import cures
+from nanlab.toy.data import IGNORE_INDEX
+from nanlab.toy.model import GPT
+from nanlab.train.batches import map_tensors, named_tensors
+from nanlab.train.trainer import TrainConfig, Trainer, to_device
 
 EPS_FLOOR = 1e-5  # the eps of torch.nn.LayerNorm's default; below 1e-6 counts as tiny
 
@@ -142,7 +142,7 @@ def label_range(trainer: Trainer, batch) -> LabelRange:
     with illegal labels cannot crash it (on CUDA that would be a device-side assert), and
     the RNG and every module's train / eval mode are left as they were.
 
-    >>> from nanlab.data import CountingTask
+    >>> from nanlab.toy.data import CountingTask
     >>> trainer = Trainer(TrainConfig(progress=False))
     >>> label_range(trainer, trainer.batches(0)).classes
     32
@@ -213,7 +213,7 @@ def batch_problems(batch, vocab_size: int | LabelRange | None = None) -> list[st
     0 / 0), and below the model's range: ``vocab_size`` for every integer tensor when it
     is a number, or per tensor from a :class:`LabelRange` (:func:`label_range`).
 
-    >>> from nanlab.data import CountingTask
+    >>> from nanlab.toy.data import CountingTask
     >>> batch_problems(CountingTask()(0), vocab_size=32)
     []
     >>> batch_problems((torch.zeros(3, 2), torch.tensor([0, 7, 1])),
@@ -449,7 +449,7 @@ def _stable_softmax(trainer: Trainer) -> list[str]:
     from functools import partial
 
     from nanlab.faults.precision import NaiveSoftmax, naive_cross_entropy, swap_softmaxes
-    from nanlab.model import Softmax
+    from nanlab.toy.model import Softmax
 
     done = []
     n = swap_softmaxes(trainer.model, Softmax, (NaiveSoftmax,))
@@ -475,7 +475,7 @@ def _log_cure(cure) -> Callable:
 
 
 def _hook_optimizer(name: str, make: Callable, needs_adam: bool) -> Callable:
-    """Install an optimizer-side cure of :mod:`nanlab.cures` on the trainer's optimizer
+    """Install an optimizer-side cure of :mod:`nanlab.optim.cures` on the trainer's optimizer
     (also one the caller made): it acts inside ``optimizer.step()``, so on every update
     and on no skipped one."""
     def install(trainer: Trainer) -> list[str]:
@@ -569,7 +569,7 @@ FIXES: dict[str, Fix] = {f.name: f for f in [
         sop_step="grad_norms"),
     Fix("skip_nonfinite", "skip the update of any step whose loss or gradient is not "
         "finite (the guard's skip mode)", lambda c: {}, _skip_nonfinite),
-    # The adaptive cures (nanlab.cures, each with its source): they act inside the step.
+    # The adaptive cures (nanlab.optim.cures, each with its source): they act inside the step.
     Fix("zclip", "ZClip: clip the grad norm when its z-score against an EMA of its mean "
         "and variance passes 2.5 (alpha 0.97; Kumar et al. 2025)", lambda c: {},
         _hook_optimizer("zclip", cures.ZClip, needs_adam=False), sop_step="grad_norms"),

@@ -1,6 +1,6 @@
 """The grad_accum family: gradient accumulation written the way buggy loops write it.
 
-Each fault is a real accumulation loop (:mod:`nanlab.accum`): micro-batches, each with
+Each fault is a real accumulation loop (:mod:`nanlab.train.accum`): micro-batches, each with
 its own forward and backward, summed in ``p.grad``, one optimizer step. What goes wrong
 is the loop's own arithmetic: how the micro-batch losses are normalised, or when the
 GradScaler is updated. On the built-in run each fault swaps the trainer's loop for one
@@ -20,10 +20,10 @@ from functools import partial
 
 import torch
 
-from nanlab.accum import accumulate
-from nanlab.data import IGNORE_INDEX
 from nanlab.faults.catalogue import Fault, Param, register
 from nanlab.faults.fixes import FIXES, Fix
+from nanlab.toy.data import IGNORE_INDEX
+from nanlab.train.accum import accumulate
 
 ACCUM = Param(4, 2, 64, help="micro-batches per optimizer step (the batch of 32 is cut "
                              "into this many)")

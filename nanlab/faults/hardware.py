@@ -38,7 +38,7 @@ from nanlab.guard.guard import Guard
 
 if TYPE_CHECKING:
     from nanlab.faults.levers import Injection
-    from nanlab.train import Trainer
+    from nanlab.train.trainer import Trainer
 
 _AS_INT = {torch.float32: torch.int32, torch.float16: torch.int16,
            torch.bfloat16: torch.int16, torch.float64: torch.int64}

@@ -20,8 +20,8 @@ import torch.nn as nn
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import Fault, Param, register
 from nanlab.faults.precision import WATCH_STEPS
-from nanlab.model import GPTConfig
-from nanlab.norms import norm_modules
+from nanlab.layers.norms import norm_modules
+from nanlab.toy.model import GPTConfig
 
 if TYPE_CHECKING:
     from nanlab.faults.levers import Injection

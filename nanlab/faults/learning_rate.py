@@ -1,7 +1,7 @@
 """The learning-rate family: an LR too high for the run, a one-step burst, no warmup.
 
 SOP step 3 (divide the learning rate by 10) reveals them. On any run the LR is changed
-through one lever (:mod:`nanlab.lr_lever`): a factor on whatever LR the optimizer and
+through one lever (:mod:`nanlab.optim.lr_lever`): a factor on whatever LR the optimizer and
 its schedule give at each step, so a ``LambdaLR``, a cosine or ``ReduceLROnPlateau`` keeps
 its own LR and the factor still holds on every step. A too-high LR is a factor of the
 run's own LR (an absolute 0.2 is huge for a toy and tiny for a regressor in raw units).
@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import math
 
-from nanlab.config import TrainConfig
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import Fault, Param, register
-from nanlab.lr_lever import set_lr_factor
+from nanlab.optim.lr_lever import set_lr_factor
+from nanlab.train.config import TrainConfig
 
 TOY_LR = TrainConfig.lr  # the built-in run's LR (5e-3): the factors' base there
 ABSOLUTE_LR = Param(0.0, 0.0, 1e4, help="an absolute LR instead of the factor (the "

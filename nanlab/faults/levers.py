@@ -12,9 +12,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from nanlab.batches import replace_tensor, tensor_at, tensor_paths
 from nanlab.errors import NanlabError
-from nanlab.norms import norm_modules
+from nanlab.layers.norms import norm_modules
+from nanlab.train.batches import replace_tensor, tensor_at, tensor_paths
 
 
 # ---------------------------------------------------------------------------------------
@@ -24,7 +24,7 @@ def _find(batch: Any, key: str | int | None, want_float: bool):
     """The (path, tensor) in a batch: a named field, a dict key, a tuple index, or by
     default the first float tensor (inputs) or the last integer tensor (labels; a bool
     mask is not one) of the batch's own items, else of the tensors nested deeper
-    (nanlab.batches walks them)."""
+    (nanlab.train.batches walks them)."""
     if key is not None:
         tensor = tensor_at(batch, (key,))
         if want_float and not tensor.is_floating_point():
@@ -121,8 +121,8 @@ class Injection:
     def set_lr_factor(self, factor: float, from_step: int = 0, until_step: int | None = None):
         """Multiply the LR of every update on steps [from_step, until_step) by ``factor``:
         a factor on whatever LR the optimizer and its schedule give at that step
-        (:mod:`nanlab.lr_lever`), so no scheduler undoes it and none sees it."""
-        from nanlab.lr_lever import lr_lever, set_lr_factor
+        (:mod:`nanlab.optim.lr_lever`), so no scheduler undoes it and none sees it."""
+        from nanlab.optim.lr_lever import lr_lever, set_lr_factor
 
         self._need("optimizer", self.optimizer)
         lr_lever(self.optimizer)  # refuses now, at inject time, an optimizer it cannot steer
@@ -174,7 +174,7 @@ class Injection:
 
     def set_norm_eps(self, eps: float) -> int:
         """Set the eps of every normalisation module, whatever its field is called
-        (:func:`nanlab.norms.norm_modules`: torch's, Hugging Face's, hand-written)."""
+        (:func:`nanlab.layers.norms.norm_modules`: torch's, Hugging Face's, hand-written)."""
         self._need("model", self.model)
         n = 0
         for _, m, attr in norm_modules(self.model):

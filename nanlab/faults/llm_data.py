@@ -7,7 +7,7 @@ Both live in the token stream, where a float check sees nothing wrong:
   model's embedding). Plain PyTorch is loud: ``nn.Embedding`` raises "index out of range
   in self" on the CPU, a device-side assert on CUDA;
 - ``oov_token_masked``: the same ids in a model split over the vocabulary as Megatron-LM
-  splits it (:mod:`nanlab.vocab_parallel`): every rank masks the id, so it embeds as a
+  splits it (:mod:`nanlab.toy.vocab_parallel`): every rank masks the id, so it embeds as a
   zero vector and its target gets a finite loss; the run spikes without an error;
 - ``repeated_token_shard``: a run of batches in which some sequences are one token
   repeated (a broken dedup, a corrupted shard): legal ids, finite numbers, a spike.
@@ -30,13 +30,13 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from nanlab.batches import map_tensors, named_tensors, replace_tensor, tensor_paths
-from nanlab.data import IGNORE_INDEX, step_generator
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import Fault, Param, needs_batch, register
 from nanlab.faults.fixes import FIXES, Fix, label_range
 from nanlab.faults.levers import Injection
-from nanlab.train import Trainer
+from nanlab.toy.data import IGNORE_INDEX, step_generator
+from nanlab.train.batches import map_tensors, named_tensors, replace_tensor, tensor_paths
+from nanlab.train.trainer import Trainer
 
 MAX_TOKEN_SHARE = 0.5  # a sequence whose most common token is more than half of it is junk
 MIN_TOKENS = 8  # a shorter sequence (after padding is left out) is too short to judge
@@ -88,7 +88,7 @@ def input_embedding(model: nn.Module) -> nn.Embedding:
     """The embedding that reads the token ids: Hugging Face's ``get_input_embeddings()``,
     else the model's first ``nn.Embedding``.
 
-    >>> from nanlab.model import GPT, GPTConfig
+    >>> from nanlab.toy.model import GPT, GPTConfig
     >>> input_embedding(GPT(GPTConfig())).num_embeddings
     32
     """
@@ -285,7 +285,7 @@ def oov_ids(trainer: Trainer, batch) -> list[tuple[str, int, tuple, int]]:
     or past an embedding in each id tensor of ``batch``, read from the model's
     ``nn.Embedding`` modules (:func:`nanlab.faults.fixes.label_range`).
 
-    >>> from nanlab.config import TrainConfig
+    >>> from nanlab.train.config import TrainConfig
     >>> trainer = Trainer(TrainConfig(progress=False))
     >>> batch = trainer.batches(0)
     >>> batch.tokens[3, 5] = 40                 # an id the 32-row embedding does not have

@@ -1,7 +1,7 @@
 """The fault x fix matrix: every fault run against every fix, measured.
 
 Each cell is a real run of the toy model (same seed, same number of steps) with one
-fault and one fix, judged by :func:`nanlab.judge.judge` against the clean run. Its outcome:
+fault and one fix, judged by :func:`nanlab.analysis.judge.judge` against the clean run. Its outcome:
 
 - ``cured``: no crash, no non-finite step, no spike, no stall, and the final loss is
   close to the clean run's (at most 3x it + 0.25);
@@ -31,13 +31,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from nanlab.analysis.judge import STREAK, judge
+from nanlab.analysis.signals import final_loss
 from nanlab.errors import check_range
 from nanlab.faults import fixes as fixes_mod
 from nanlab.faults.catalogue import FAULTS, get_fault
 from nanlab.faults.run import build_fault_trainer, fault_config, run_fault
-from nanlab.judge import STREAK, judge
-from nanlab.signals import final_loss
-from nanlab.train import stop_early
+from nanlab.train.trainer import stop_early
 
 MATRIX_STEPS = 200
 SPIKE_FAMILIES = ("learning_rate", "deep_explosion")  # what the adaptive cures are for

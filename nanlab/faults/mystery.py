@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from nanlab.atomic import open_append, read_capped
 from nanlab.errors import NanlabError, StorageError, check_range
 from nanlab.faults import FAULTS, SOP_STEPS, get_fault, run_fault
-from nanlab.record import RunRecord, holds_run, read_manifest
+from nanlab.runs.atomic import open_append, read_capped
+from nanlab.runs.record import RunRecord, holds_run, read_manifest
 
 SLOW = ("deep_explosion", "sigmoid_chain")  # minutes on a CPU: not for a quick exercise
 # A one-off device fault cannot be replayed from a folder: the rebuilt run is a new

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn as nn
 
-from nanlab.batches import map_tensors
-from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import Fault, Param, register
+from nanlab.toy.data import IGNORE_INDEX
+from nanlab.train.batches import map_tensors
 
 if TYPE_CHECKING:
     from nanlab.faults.levers import Injection
@@ -74,7 +74,7 @@ def _fp16_autocast(inj: Injection, p: dict) -> None:
     """Forward hooks that do to every autocast-fp16 layer what CUDA fp16 autocast does:
     its float inputs cast to fp16 (positional ones; masks passed by keyword are left as
     they are), its product accumulated in fp32 and rounded to fp16 once (cublasGemmEx
-    with an fp32 compute type: see nanlab.half_matmul). So a value past 65504 becomes
+    with an fp32 compute type: see nanlab.layers.half_matmul). So a value past 65504 becomes
     inf in the run's arithmetic and flows on. The weights keep fp32 (their fp16 rounding
     changes low bits, never the range), the gradient through each rounding is rounded to
     fp16 as autocast's backward would make it, and there is no GradScaler: a GradScaler
@@ -158,7 +158,7 @@ def swap_softmaxes(model: nn.Module, make: type[nn.Module], replace: tuple[type,
 
 def _naive_softmax(inj: Injection, p: dict) -> None:
     """The built-in model's softmaxes swapped for the hand-written one."""
-    from nanlab.model import Softmax
+    from nanlab.toy.model import Softmax
 
     swap_softmaxes(inj.model, NaiveSoftmax, (Softmax,))
 
@@ -173,7 +173,7 @@ def _naive_loss(inj: Injection, p: dict) -> None:
 def _absolute_positions(inj: Injection, p: dict) -> None:
     """Positions that keep counting from ``offset``: a forward pre-hook on the model's
     sinusoidal encoding adds it to the position ids it is given."""
-    from nanlab.model import SinusoidalPositions
+    from nanlab.toy.model import SinusoidalPositions
 
     for m in inj.model.modules():
         if isinstance(m, SinusoidalPositions):

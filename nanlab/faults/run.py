@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import get_fault
 from nanlab.faults.levers import Injection
-from nanlab.record import RunRecord
-from nanlab.train import TrainConfig, Trainer, stop_if_poisoned
+from nanlab.runs.record import RunRecord
+from nanlab.train.trainer import TrainConfig, Trainer, stop_if_poisoned
 
 
 # ---------------------------------------------------------------------------------------

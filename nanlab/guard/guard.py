@@ -113,12 +113,12 @@ from typing import Any
 
 import torch
 
-from nanlab.batches import frozen, plain
-from nanlab.checkpoint import atomic_save, nonfinite_tensors
 from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.guard.agree import agree, is_distributed
 from nanlab.guard.snapshots import PlainLoop
 from nanlab.guard.spikes import RTOL, WARMUP, WINDOW, SpikeWatch, Z
+from nanlab.runs.checkpoint import atomic_save, nonfinite_tensors
+from nanlab.train.batches import frozen, plain
 
 MODES = ("stop", "skip", "recover")
 SPIKE_ACTIONS = (None, "stop", "skip", "recover")
@@ -479,7 +479,7 @@ class Guard(PlainLoop):
     def attach(self, trainer) -> Guard:
         """Plug into a :class:`nanlab.train.Trainer`; returns the guard.
 
-        >>> from nanlab.train import TrainConfig, Trainer
+        >>> from nanlab.train.trainer import TrainConfig, Trainer
         >>> guard = Guard("skip").attach(Trainer(TrainConfig(steps=5, progress=False)))
         """
         if not callable(getattr(trainer, "add_callback", None)):

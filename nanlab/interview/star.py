@@ -309,7 +309,7 @@ def _result_words(f: dict, words: _Words) -> str:
     parts = []
     fix = f["fix"]
     if fixed is not None:
-        healthy = fixed["verdict"] == "healthy"  # nanlab.judge, as the matrix and diagnose
+        healthy = fixed["verdict"] == "healthy"  # nanlab.analysis.judge, as the matrix and diagnose
         against = (lambda x: f" against {_num(x)} in the clean baseline") if clean is not None \
             else (lambda x: "")
         head = (f"With `{fix}` and the same seed ({f['seed']}), the run trained all "

@@ -33,7 +33,7 @@ def grad_norm_jump(record: Any, step: int | None = None, window: int = JUMP_WIND
     non-finite step (or the last step). None when fewer than two finite norms precede it
     (a run that failed on its first steps has no history).
 
-    >>> from nanlab.record import RunRecord
+    >>> from nanlab.runs.record import RunRecord
     >>> rec = RunRecord()
     >>> for s, g in enumerate([1.0, 0.5, 0.8, 50.0, float("inf")]):
     ...     rec.log_step({"step": s, "loss": 1.0, "grad_norm": g, "finite": s < 4})
@@ -89,8 +89,8 @@ def _last_finite_before(record: Any, step: int) -> tuple[int, float] | None:
 def _run_summary(run: Any, clean: Any = None) -> dict:
     """What a fixed or clean run did: steps, losses, non-finite steps, spikes, skips, and
     the judge's verdict on it (against the clean run when there is one)."""
-    from nanlab.judge import judge
-    from nanlab.signals import find_spikes
+    from nanlab.analysis.judge import judge
+    from nanlab.analysis.signals import find_spikes
 
     rec = run.record
     losses = rec.losses()
@@ -163,8 +163,8 @@ def incident_facts(
     40
     """
     from nanlab import faults as faults_mod
+    from nanlab.analysis.signals import final_loss
     from nanlab.faults import fixes as fixes_mod
-    from nanlab.signals import final_loss
 
     if diagnosis is None:
         from nanlab.debug.diagnose import diagnose
@@ -201,7 +201,7 @@ def incident_facts(
             "use_norms": m.use_norms,
             "class": manifest.get("model_class"),
         },
-        "task": "counting" if str(manifest.get("model_class", "")).endswith("nanlab.model.GPT")
+        "task": "counting" if str(manifest.get("model_class", "")).endswith("nanlab.toy.model.GPT")
         else None,
         "precision": config.precision,
         "grad_scaler": bool(trainer.scaler),
@@ -279,7 +279,7 @@ def incident_facts(
         elif kept:
             facts["rollback_step"] = max(kept)
     if diagnosis.symptom == "spike" and step is not None:
-        from nanlab.signals import find_spikes, recovery_steps
+        from nanlab.analysis.signals import find_spikes, recovery_steps
 
         facts["recovered_by_itself_in"] = recovery_steps(losses, step)
         facts["later_spikes"] = [int(x) for x in find_spikes(losses) if x > step]

@@ -31,9 +31,9 @@ import torch.nn as nn
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from nanlab.batches import to_device
 from nanlab.errors import NanlabError, check_range
-from nanlab.record import RunRecord
+from nanlab.runs.record import RunRecord
+from nanlab.train.batches import to_device
 from nanlab.viz.plots import NAN_COLOR, _layer_styles, _legend_outside, _need_layers, _rug
 
 # CS231n, "Neural Networks Part 3", section "Ratio of weights:updates"
@@ -88,7 +88,7 @@ def layer_values(model: nn.Module | Any, batch: Any = None,
     trainer can go on training afterwards. Works on any ``nn.Module``: names come from
     ``named_modules()``, values from forward hooks.
 
-    >>> from nanlab.train import TrainConfig, Trainer
+    >>> from nanlab.train.trainer import TrainConfig, Trainer
     >>> trainer = Trainer(TrainConfig(steps=5, progress=False))
     >>> values = layer_values(trainer)            # what step 0 would see
     >>> "lm_head" in values.activations and "lm_head" in values.gradients

@@ -1,6 +1,6 @@
 """Plots of a run record that a person would rather look at than read.
 
-Every function takes a :class:`~nanlab.record.RunRecord` and returns a matplotlib
+Every function takes a :class:`~nanlab.runs.record.RunRecord` and returns a matplotlib
 ``Figure`` (built with ``plt.subplots``, never shown here). In a notebook, assign it
 (``fig = plot_loss(run)``) or end the line with ``;``: a Figure left as the last value
 of a cell is drawn twice, once by the inline backend and once as the cell's value.
@@ -12,7 +12,7 @@ of a cell is drawn twice, once by the inline backend and once as the cell's valu
 - :func:`plot_activation_absmax`: activation abs-max per layer against the fp16 limit.
 - :func:`plot_param_stats`, :func:`plot_lr`, :func:`plot_compare`.
 
->>> from nanlab.train import TrainConfig, train
+>>> from nanlab.train.trainer import TrainConfig, train
 >>> run = train(TrainConfig(steps=40, progress=False))  # doctest: +SKIP
 >>> fig = plot_loss(run)  # doctest: +SKIP
 """
@@ -29,9 +29,9 @@ from matplotlib.colors import ListedColormap, LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from nanlab.analysis.signals import find_spikes  # noqa: F401  (re-exported for notebooks)
 from nanlab.errors import NanlabError, check_choice
-from nanlab.record import RunRecord
-from nanlab.signals import find_spikes  # noqa: F401  (re-exported for notebooks)
+from nanlab.runs.record import RunRecord
 
 # Largest finite value of each float format: past it a number becomes inf.
 FP16_MAX = 65504.0

@@ -18,7 +18,7 @@ Layout of the tags:
 
 TensorBoard is an optional extra: ``pip install nanlab[tensorboard]``.
 
->>> from nanlab.train import TrainConfig, train
+>>> from nanlab.train.trainer import TrainConfig, train
 >>> run = train(TrainConfig(steps=40, progress=False))  # doctest: +SKIP
 >>> logdir = export_tensorboard(run, "runs/clean")  # doctest: +SKIP
 >>> # then: tensorboard --logdir runs
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nanlab.record import RunRecord
+from nanlab.runs.record import RunRecord
 from nanlab.viz.plots import LAYER_STATS, describe_nonfinite, kept_rows
 
 STEP_SCALARS = ("loss", "lr", "grad_norm", "loss_scale")

@@ -64,8 +64,8 @@ from typing import Any
 
 import numpy as np
 
+from nanlab.analysis.signals import final_loss, find_spikes, is_stalled, recovery_steps
 from nanlab.errors import NanlabError
-from nanlab.signals import final_loss, find_spikes, is_stalled, recovery_steps
 
 FAILURES = ("nonfinite", "error", "spike", "diverge", "stall")  # what a bad run shows
 VERDICTS = ("healthy", "contained", *FAILURES)
@@ -172,7 +172,7 @@ def judge(run: Any, *, clean: Any = None, baseline: Any = None,
 
     ``run`` is anything with recorded steps: a :class:`nanlab.faults.FaultRun` or a
     :class:`nanlab.train.Trainer` (their crash and weights are read too), a
-    :class:`nanlab.record.RunRecord`, or a plain sequence of losses (a NaN is a
+    :class:`nanlab.runs.record.RunRecord`, or a plain sequence of losses (a NaN is a
     non-finite step, never skipped). ``clean`` is the clean run to compare with: its
     final loss, its losses, or the run itself (None: judged against the start).
     ``watch`` names the failures looked for; a curve's spike or stall that is not

@@ -12,7 +12,7 @@ soft-capping, positional encoding, activation, a padding token, and a float feat
 path. No field exists only for a fault: a fault acts on the built model through the
 mechanism a real run has (a swapped module, a hook, a loss wrapper; nanlab.faults).
 
->>> from nanlab.model import GPT, GPTConfig
+>>> from nanlab.toy.model import GPT, GPTConfig
 >>> model = GPT(GPTConfig())
 >>> logits = model(torch.zeros(2, 8, dtype=torch.long))  # (B, T, vocab_size)
 """
@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nanlab.errors import NanlabError, check_choice, check_range
-from nanlab.vocab_parallel import VocabParallelEmbedding, vocab_ranges
+from nanlab.toy.vocab_parallel import VocabParallelEmbedding, vocab_ranges
 
 MEMORY_SHARE = 0.5  # a model may take at most this share of the machine's memory
 
@@ -59,7 +59,7 @@ class GPTConfig:
     init_std: float = 0.02
     qk_norm: bool = False  # LayerNorm on q and k before the dot product (Wortsman et al. 2023)
     # Logit soft-capping, cap * tanh(x / cap): a score can never pass the cap. Gemma 2 uses
-    # 50 for the attention logits and 30 for the final logits (nanlab.cures); None = off.
+    # 50 for the attention logits and 30 for the final logits (nanlab.optim.cures); None = off.
     # Named as in Hugging Face's Gemma2Config, so one cure sets both models the same way.
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
@@ -69,7 +69,7 @@ class GPTConfig:
     residual: bool = True  # False makes each block replace x instead of adding to it
     embed_norm: bool = False  # LayerNorm straight after the token embedding (BLOOM-style)
     pad_id: int | None = None  # a padding token whose embedding row is fixed at zero
-    # Tensor parallelism over the vocabulary, simulated (nanlab.vocab_parallel): the token
+    # Tensor parallelism over the vocabulary, simulated (nanlab.toy.vocab_parallel): the token
     # embedding and the cross-entropy split into this many slices, each masking the ids
     # it does not own, as Megatron-LM does; an id past the vocabulary is then silent.
     vocab_partitions: int = 1
@@ -180,7 +180,7 @@ class AttentionScores(nn.Module):
 
     ``attn_logit_softcapping`` (None: off) soft-caps them before the mask and the softmax,
     where Gemma 2 does; the attribute has Hugging Face's name, so a cure can set it after
-    the model is built (:func:`nanlab.cures.enable_softcapping`).
+    the model is built (:func:`nanlab.optim.cures.enable_softcapping`).
 
     >>> q = torch.full((1, 1, 2, 4), 200.0)          # (B, heads, T, head_size)
     >>> AttentionScores()(q, q).flatten().tolist()   # 4 * 200 * 200 / 2
@@ -334,7 +334,7 @@ class SinusoidalPositions(nn.Module):
 class GPT(nn.Module):
     """Decoder-only Transformer: tokens (+ float features) -> next-token logits.
 
-    >>> from nanlab.data import CountingTask
+    >>> from nanlab.toy.data import CountingTask
     >>> model = GPT(GPTConfig())
     >>> batch = CountingTask(seed=0)(0)
     >>> model(batch.tokens, batch.features).shape    # (B, T, vocab_size)

@@ -3,7 +3,7 @@
 Small pure functions over an array of losses, shared by the plots, the tests and the
 labs, so that "a spike" means the same thing everywhere. Whether a whole run is healthy
 (and if not: spike, stall, divergence, non-finite, crash) is one verdict, made from these
-by :func:`nanlab.judge.judge` for the fault x fix matrix, ``diagnose`` and the STAR story.
+by :func:`nanlab.analysis.judge.judge` for the fault x fix matrix, ``diagnose`` and the STAR story.
 
 >>> import numpy as np
 >>> losses = np.r_[np.linspace(3, 1, 30), 6.0, np.linspace(1, 0.5, 20)]

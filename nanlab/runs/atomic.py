@@ -215,7 +215,7 @@ def remove_stray_temp_files(folder: str | Path) -> list[str]:
     """Remove the temporary files a killed write left in ``folder`` (a ``kill -9`` in the
     middle of a checkpoint leaves a full-size ``.ckpt_000050.pt.ab12cd34.tmp``); returns
     their names. Call it only while no other process writes there (a run holds its
-    folder's lock, :mod:`nanlab.runlock`): a live writer's temporary file looks the same.
+    folder's lock, :mod:`nanlab.runs.runlock`): a live writer's temporary file looks the same.
 
     >>> _ = Path("scratch").mkdir(exist_ok=True)
     >>> _ = Path("scratch/.ckpt_000050.pt.ab12cd34.tmp").write_bytes(b"half a checkpoint")

@@ -372,7 +372,7 @@ def softcap_switches(model: nn.Module) -> list[tuple[str, object, str]]:
     with Hugging Face's field names (Gemma2Config) and every module that keeps a copy
     (Hugging Face's attention layers, nanlab's AttentionScores). [] when it has none.
 
-    >>> from nanlab.model import GPT, GPTConfig
+    >>> from nanlab.toy.model import GPT, GPTConfig
     >>> [(w, f) for w, _, f in softcap_switches(GPT(GPTConfig(n_layer=1)))]
     [('config', 'attn_logit_softcapping'), ('config', 'final_logit_softcapping'), \
 ('blocks.0.attn.scores', 'attn_logit_softcapping')]

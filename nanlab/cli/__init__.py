@@ -1,5 +1,8 @@
 """The ``nanlab`` command line: quick checks and instructor tools without Jupyter.
 
+Beside it: ``parse`` (typed ``--config`` and ``--set`` values) and ``resume`` (``nanlab
+run --resume``: the stored run's config, a changed setting refused).
+
     nanlab run --steps 200 --precision fp16 --json
     nanlab run --fault nan_input --set at_step=20 --guard recover --lr 1e-3
     nanlab course build
@@ -23,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nanlab.cli_parse import SEED_MAX, finish_parser, parse_config, parse_fault_params, parse_value
+from nanlab.cli.parse import SEED_MAX, finish_parser, parse_config, parse_fault_params, parse_value
 from nanlab.errors import (
     TERMINATED_STATUS,
     NanlabError,
@@ -151,14 +154,14 @@ def _remove_empty(folders: list[Path]) -> None:
 # -- the outcome of a run -------------------------------------------------------------------
 def run_outcome(run) -> tuple[str, int, str]:
     """What a finished run's exit code is: ``(outcome, exit code, reason)``, read from its
-    record (a :class:`nanlab.faults.FaultRun` or a :class:`nanlab.record.RunRecord`).
+    record (a :class:`nanlab.faults.FaultRun` or a :class:`nanlab.runs.record.RunRecord`).
 
     In order: the storage failed (7), crashed (4), guard gave up (5), guard stopped (6),
-    non-finite (3, as :func:`nanlab.judge.judge` says: an update reached the weights, or the
-    last steps were all non-finite), guarded (0: every non-finite step skipped or rolled
-    back), healthy (0).
+    non-finite (3, as :func:`nanlab.analysis.judge.judge` says: an update reached the
+    weights, or the last steps were all non-finite), guarded (0: every non-finite step
+    skipped or rolled back), healthy (0).
 
-    >>> from nanlab.record import RunRecord
+    >>> from nanlab.runs.record import RunRecord
     >>> rec = RunRecord()
     >>> rec.log_step({"step": 0, "loss": 3.5, "finite": True, "skipped": False})
     >>> run_outcome(rec)
@@ -167,7 +170,7 @@ def run_outcome(run) -> tuple[str, int, str]:
     >>> run_outcome(rec)
     ('nonfinite', 3, 'non-finite at step 1')
     """
-    from nanlab.judge import judge
+    from nanlab.analysis.judge import judge
 
     record = getattr(run, "record", run)
     events = record.events
@@ -291,7 +294,7 @@ def _make_guard(args, config):
 def cmd_run(args) -> int:
     """``nanlab run``: train the built-in run (with a fault, fixes, a guard), summarise what
     ran, and return its exit code (``EXIT_CODES``). ``--resume`` continues the run in
-    ``--out`` with its stored config (:mod:`nanlab.cli_resume`).
+    ``--out`` with its stored config (:mod:`nanlab.cli.resume`).
 
     Example::
 
@@ -304,7 +307,7 @@ def cmd_run(args) -> int:
     0
     """
     from nanlab.faults import fault_config, get_fix, run_fault
-    from nanlab.train import TrainConfig
+    from nanlab.train.trainer import TrainConfig
 
     changes = parse_config(args.config)
     params = parse_fault_params(args.fault, args.set)
@@ -344,7 +347,7 @@ def _resume(args, changes: dict, params: dict, fixes: list[str]):
     """``--resume``: the run in --out rebuilt from its manifest (as ``load_run`` rebuilds
     it for a replay), the flags given checked against it, then continued from its newest
     checkpoint. Returns the run, its guard and the config it ran with."""
-    from nanlab.cli_resume import resume_config, stored_run
+    from nanlab.cli.resume import resume_config, stored_run
     from nanlab.faults import build_fault_trainer, execute, get_fix
     from nanlab.guard import Guard
 

@@ -21,10 +21,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from nanlab.checkpoint import CheckpointStore
-from nanlab.config import TrainConfig
 from nanlab.errors import NanlabError
-from nanlab.record import FOREIGN, read_manifest
+from nanlab.runs.checkpoint import CheckpointStore
+from nanlab.runs.record import FOREIGN, read_manifest
+from nanlab.train.config import TrainConfig
 
 ALLOWED = "the stored values (or leave them out), --steps N to extend the run, or a new --out"
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from nanlab.checkpoint import safe_load
 from nanlab.errors import NanlabError
+from nanlab.runs.checkpoint import safe_load
 
 TensorPath = tuple  # the keys from a batch down to one tensor: ("features",), (0,), ("x", 1)
 

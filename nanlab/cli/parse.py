@@ -122,7 +122,7 @@ def parse_config(pairs: list[str]) -> dict:
     >>> parse_config(["lr=1e-3", "grad_scaler=no", "model.n_layer=4"])
     {'lr': 0.001, 'grad_scaler': False, 'model': {'n_layer': 4}}
     """
-    from nanlab.train import TrainConfig
+    from nanlab.train.trainer import TrainConfig
 
     hints = typing.get_type_hints(TrainConfig)
     nested = {k for k, v in hints.items() if dataclasses.is_dataclass(v)}
@@ -168,7 +168,7 @@ def parse_fault_params(fault_name: str | None, pairs: list[str]) -> dict:
     {'at_step': 20, 'value': 'inf'}
     """
     from nanlab.faults import get_fault
-    from nanlab.train import TrainConfig
+    from nanlab.train.trainer import TrainConfig
 
     if not pairs:
         return {}

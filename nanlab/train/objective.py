@@ -13,10 +13,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nanlab.config import TrainConfig
-from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError
-from nanlab.vocab_parallel import vocab_parallel_cross_entropy
+from nanlab.toy.data import IGNORE_INDEX
+from nanlab.toy.vocab_parallel import vocab_parallel_cross_entropy
+from nanlab.train.config import TrainConfig
 
 
 def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, vocab_partitions: int = 1,
@@ -31,11 +31,11 @@ def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, vocab_partitions: int 
     * log(Z)^2`` (Z = the softmax normaliser, PaLM's auxiliary loss): it pulls the
     output logits' scale back towards zero, so they cannot drift up.
     ``vocab_partitions`` > 1 computes the cross-entropy split over the vocabulary as
-    Megatron-LM does (:mod:`nanlab.vocab_parallel`), with the masked targets left out by
+    Megatron-LM does (:mod:`nanlab.toy.vocab_parallel`), with the masked targets left out by
     a loss mask, as Megatron's ``loss_mask`` does.
 
-    >>> from nanlab.model import GPT, GPTConfig
-    >>> from nanlab.train import TrainConfig, default_task
+    >>> from nanlab.toy.model import GPT, GPTConfig
+    >>> from nanlab.train.trainer import TrainConfig, default_task
     >>> batch = default_task(TrainConfig())(0)
     >>> model = GPT(GPTConfig())
     >>> abs(lm_loss(model, batch).item() - math.log(32)) < 0.1   # a fresh model: ln(vocab)
@@ -45,7 +45,7 @@ def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, vocab_partitions: int 
     True
     """
     if not all(hasattr(batch, f) for f in ("tokens", "features", "targets")):
-        raise NanlabError(f"the default loss (nanlab.objective.lm_loss) reads the toy task's "
+        raise NanlabError(f"the default loss (nanlab.train.objective.lm_loss) reads the toy task's "
                           f"batch (.tokens, .features, .targets); got {type(batch).__name__}; "
                           "for your own batches pass Trainer(loss_fn=lambda model, batch: ...)")
     logits = model(batch.tokens, batch.features).flatten(0, 1)  # (B*T, V)
@@ -71,7 +71,7 @@ def lr_factor(step: int, config: TrainConfig) -> float:
     step < warmup:  (step + 1) / warmup        ramps 1/warmup ... 1
     after warmup:   min + (1 - min) * (1 + cos(pi * progress)) / 2, progress 0 -> 1
 
-    >>> from nanlab.config import TrainConfig
+    >>> from nanlab.train.config import TrainConfig
     >>> config = TrainConfig(steps=100, warmup_steps=20, min_lr_ratio=0.1)
     >>> [round(lr_factor(s, config), 3) for s in (0, 19, 20, 99)]
     [0.05, 1.0, 1.0, 0.1]

@@ -21,7 +21,7 @@ the run), ``on_step_end`` (row recorded). Also ``on_run_start``,
 Runs are deterministic: the same seed on the same machine gives the same numbers, and
 resuming from the checkpoint at step k reproduces steps k..n bit for bit.
 
->>> from nanlab.train import TrainConfig, train
+>>> from nanlab.train.trainer import TrainConfig, train
 >>> run = train(TrainConfig(steps=20, progress=False))
 >>> len(run.steps)
 20
@@ -44,11 +44,6 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from nanlab.accum import accumulate
-from nanlab.batches import to_device
-from nanlab.checkpoint import CheckpointStore
-from nanlab.config import TrainConfig
-from nanlab.data import CountingTask
 from nanlab.errors import (
     NanlabError,
     StorageError,
@@ -57,12 +52,17 @@ from nanlab.errors import (
     check_range,
     error_line,
 )
-from nanlab.half_matmul import half_matmul
-from nanlab.lr_lever import applied_lr
-from nanlab.model import GPT
-from nanlab.objective import global_grad_norm, lm_loss, lr_factor
-from nanlab.record import RunRecord, environment_info
-from nanlab.resume import Resumable
+from nanlab.layers.half_matmul import half_matmul
+from nanlab.optim.lr_lever import applied_lr
+from nanlab.runs.checkpoint import CheckpointStore
+from nanlab.runs.record import RunRecord, environment_info
+from nanlab.toy.data import CountingTask
+from nanlab.toy.model import GPT
+from nanlab.train.accum import accumulate
+from nanlab.train.batches import to_device
+from nanlab.train.config import TrainConfig
+from nanlab.train.objective import global_grad_norm, lm_loss, lr_factor
+from nanlab.train.resume import Resumable
 
 EVENTS = ("on_run_start", "on_step_start", "on_after_backward", "on_step_end",
           "on_checkpoint", "on_run_end")
@@ -223,7 +223,7 @@ class Trainer(Resumable):
         self.loss_fn = loss_fn or (
             partial(lm_loss, z_loss=config.z_loss, vocab_partitions=parts)
             if config.z_loss or parts > 1 else lm_loss)
-        # The micro-batch loop (nanlab.accum); a grad_accum fault swaps in a loop with a bug.
+        # The micro-batch loop (nanlab.train.accum); a grad_accum fault swaps in a loop with a bug.
         self.accumulate = accumulate
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = optimizer or self._make_optimizer()
@@ -364,7 +364,7 @@ class Trainer(Resumable):
         """
         batch = to_device(batch, self.device, self.input_dtype)
         with half_matmul(self.device, self.config.precision):  # fp16 GEMMs as a GPU does
-            if self.config.accum_steps > 1:  # micro-batches into p.grad (nanlab.accum)
+            if self.config.accum_steps > 1:  # micro-batches into p.grad (nanlab.train.accum)
                 loss = self.accumulate(self, batch, loss_fn or self.loss_fn)
             else:
                 with self.autocast():

@@ -2,7 +2,7 @@
 
 Atomic means a crash mid-write never leaves a half checkpoint behind: the state goes
 to a temporary file in the same folder, which is then renamed over the final name
-(``os.replace`` is atomic on POSIX and Windows; :mod:`nanlab.atomic` does it).
+(``os.replace`` is atomic on POSIX and Windows; :mod:`nanlab.runs.atomic` does it).
 ``weights_only=True`` means loading a checkpoint cannot run code hidden in it, so only
 tensors and plain Python values (dicts, lists, numbers, strings) go in.
 
@@ -30,12 +30,12 @@ from pathlib import Path
 
 import torch
 
-from nanlab.atomic import atomic_torch_save
+from nanlab.runs.atomic import atomic_torch_save
 from nanlab.errors import NanlabError
 
 
 def atomic_save(obj, path: str | Path) -> None:
-    """torch.save to ``path`` through a temp file and a rename (:mod:`nanlab.atomic`).
+    """torch.save to ``path`` through a temp file and a rename (:mod:`nanlab.runs.atomic`).
 
     A crash in the middle of a save leaves the old file (or none), never half a file.
 

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from nanlab.errors import NanlabError, check_choice, check_range
-from nanlab.model import GPTConfig
+from nanlab.toy.model import GPTConfig
 
 PRECISIONS = ("fp32", "fp16", "bf16", "fp16-pure")
 # Fault switches that older manifests hold, with their off value: each fault now acts
@@ -91,7 +91,7 @@ class TrainConfig:
     restart_warmup: int = 0
     # Gradient accumulation: each step's batch is cut into this many micro-batches, each
     # forward and backward on its own, one optimizer step on the summed gradients
-    # (nanlab.accum). 1 = one pass over the whole batch.
+    # (nanlab.train.accum). 1 = one pass over the whole batch.
     accum_steps: int = 1
     record_every: int = 10  # per-layer statistics every this many steps; 0 = never
     out_dir: str | None = None  # None keeps everything in memory

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from nanlab.checkpoint import safe_load
-from nanlab.config import RESUMABLE
 from nanlab.errors import NanlabError, check_choice
-from nanlab.lr_lever import set_lr_factor
+from nanlab.optim.lr_lever import set_lr_factor
+from nanlab.runs.checkpoint import safe_load
+from nanlab.train.config import RESUMABLE
 
 
 def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
@@ -87,7 +87,7 @@ class Resumable:
     """The checkpoint half of :class:`nanlab.train.Trainer` (a mixin: it uses the trainer's
     model, optimizer, scheduler, scaler, checkpoints and record).
 
-    >>> from nanlab.train import TrainConfig, Trainer
+    >>> from nanlab.train.trainer import TrainConfig, Trainer
     >>> trainer = Trainer(TrainConfig(steps=2, progress=False))
     >>> sorted(trainer.state_dict())[:4]
     ['data_position', 'lr_scale', 'model', 'optimizer']
@@ -146,7 +146,7 @@ class Resumable:
         One that does not fit this trainer (another model shape, not a trainer's
         checkpoint) is one NanlabError line naming it; nothing is half loaded.
 
-        >>> from nanlab.train import TrainConfig, Trainer
+        >>> from nanlab.train.trainer import TrainConfig, Trainer
         >>> small = Trainer(TrainConfig(steps=1, checkpoint_every=1, progress=False))
         >>> _ = small.run()
         >>> deeper = Trainer(TrainConfig(steps=1, progress=False, model={"n_layer": 3}))
@@ -178,7 +178,7 @@ class Resumable:
         objects themselves: Adam's step count (0: a fresh optimizer), the schedule's step
         and the LR; returns that event.
 
-        >>> from nanlab.train import TrainConfig, Trainer
+        >>> from nanlab.train.trainer import TrainConfig, Trainer
         >>> trainer = Trainer(TrainConfig(steps=4, restart_at=2, resume_skips=("optimizer",),
         ...                               progress=False))
         >>> _ = trainer.run()
@@ -201,7 +201,7 @@ class Resumable:
     def _rewarm(self) -> None:
         """In the ``config.restart_warmup`` steps from ``config.restart_at`` on, this step's
         LR is the scheduled one times (steps since the restart + 1) / restart_warmup: a
-        factor of the LR lever (:mod:`nanlab.lr_lever`), so the schedule is left alone."""
+        factor of the LR lever (:mod:`nanlab.optim.lr_lever`), so the schedule is left alone."""
         c = self.config
         since = self.step - c.restart_at
         ramp = (since + 1) / c.restart_warmup \

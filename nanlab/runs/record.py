@@ -21,7 +21,7 @@ record made there stays *pending* (it writes nothing) until the run either resum
 old run's record, checkpoints and evidence aside (:func:`move_run_aside`) and deletes them
 once the new run has safely started; else :meth:`RunRecord.claim` refuses. One process
 writes a folder at a time: the trainer holds its lock while it runs
-(:meth:`RunRecord.hold`, :mod:`nanlab.runlock`), and rows are flushed and fsynced before
+(:meth:`RunRecord.hold`, :mod:`nanlab.runs.runlock`), and rows are flushed and fsynced before
 each checkpoint lands, so a checkpoint never covers rows that a crash could still lose.
 
 Reading a folder (:meth:`RunRecord.load`) checks every file: a corrupt or foreign one is
@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nanlab.atomic import (
+from nanlab.runs.atomic import (
     atomic_write,
     open_append,
     read_capped,
@@ -62,7 +62,7 @@ from nanlab.atomic import (
     storage_error,
 )
 from nanlab.errors import NanlabError, StorageError
-from nanlab.runlock import RunLock
+from nanlab.runs.runlock import RunLock
 
 STREAMS = ("steps", "layers", "events")
 RUN_FILES = ("manifest.json", *(f"{s}.jsonl" for s in STREAMS), "checkpoints", "evidence")

@@ -25,7 +25,7 @@ The bugs, a mean of the means and a scaler updated inside the loop, are written 
 training loops write them in the ``grad_accum`` fault family (nanlab.faults.grad_accum),
 which hands this loop its own ``weight`` and ``after_backward``.
 
->>> from nanlab.train import TrainConfig, Trainer
+>>> from nanlab.train.trainer import TrainConfig, Trainer
 >>> trainer = Trainer(TrainConfig(accum_steps=4, progress=False))
 >>> batch = trainer.batches(0)
 >>> [tuple(m.tokens.shape) for m in split_batch(batch, 4)]
@@ -40,9 +40,9 @@ from typing import Any, Protocol
 
 import torch
 
-from nanlab.batches import map_tensors, tensor_paths
-from nanlab.data import IGNORE_INDEX
 from nanlab.errors import NanlabError
+from nanlab.toy.data import IGNORE_INDEX
+from nanlab.train.batches import map_tensors, tensor_paths
 
 
 class StepParts(Protocol):
@@ -125,7 +125,7 @@ def accumulate(trainer: StepParts, batch: Any, loss_fn, weight=token_weight,
     :func:`token_weight`); ``after_backward(trainer)``, if given, runs after each
     micro-batch's backward pass. A loop with bugs passes its own (nanlab.faults.grad_accum).
 
-    >>> from nanlab.train import TrainConfig, Trainer
+    >>> from nanlab.train.trainer import TrainConfig, Trainer
     >>> trainer = Trainer(TrainConfig(accum_steps=2, progress=False))
     >>> round(accumulate(trainer, trainer.batches(0), trainer.loss_fn).item(), 1)
     3.5

@@ -1,0 +1,5 @@
+"""Layer-level tools that work on any model.
+
+- ``half_matmul``  fp16 matrix products on a CPU, computed the way a GPU computes them
+- ``norms``        the normalisation layers of any model and the field holding their eps
+"""

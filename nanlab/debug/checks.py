@@ -20,7 +20,8 @@ from nanlab.faults.catalogue import SOP_STEPS
 # the modules whose checks are built in, imported on first use (each registers itself)
 BUILTIN = ("nanlab.debug.sop_checks", "nanlab.debug.llm_data_checks",
            "nanlab.debug.grad_accum_checks", "nanlab.debug.restart_checks",
-           "nanlab.debug.hardware_checks", "nanlab.debug.user_code")
+           "nanlab.debug.hardware_checks", "nanlab.debug.user_code",
+           "nanlab.debug.masked_attention_checks")
 
 
 @dataclass

@@ -16,6 +16,7 @@ One module per fault family registers its faults (and the fixes only it needs):
 - ``grad_accum``: gradient accumulation loops written wrongly, and their two fixes
 - ``hardware``:  silent data corruption: one bit flipped once, and the guard's rerun
 - ``llm_data``:  LLM data faults (an id past the vocabulary, a junk shard) and their filter
+- ``masked_attention``: a query with no key left (left padding, an empty example) and -inf
 
 Built on them:
 
@@ -33,6 +34,7 @@ Built on them:
 # the families register their faults (and fixes) on import, in this order
 from nanlab.faults import dirty_data, learning_rate, precision, init_eps  # noqa: F401, I001
 from nanlab.faults import optimizer_state, myths, grad_accum, hardware, llm_data  # noqa: F401
+from nanlab.faults import masked_attention  # noqa: F401
 from nanlab.faults.catalogue import FAULTS, SIGNATURES, SOP_STEPS, Fault, Param, get_fault, register
 from nanlab.faults.fixes import FIXES, Fix, batch_problems, get_fix
 from nanlab.faults.inject import Injection, inject

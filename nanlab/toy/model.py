@@ -182,6 +182,12 @@ class AttentionScores(nn.Module):
     where Gemma 2 does; the attribute has Hugging Face's name, so a cure can set it after
     the model is built (:func:`nanlab.optim.cures.enable_softcapping`).
 
+    ``hidden`` (broadcast to (B, nh, T, T), True at a padded key) sets those scores to
+    ``torch.finfo(dtype).min``, as Hugging Face's masks do (``masking_utils.eager_mask``):
+    a large negative number, not -inf, so a query whose every key is padding (the first
+    positions of a left-padded row under the causal mask) gets a finite softmax instead of
+    -inf - (-inf) = NaN (nanlab.faults.masked_attention).
+
     >>> q = torch.full((1, 1, 2, 4), 200.0)          # (B, heads, T, head_size)
     >>> AttentionScores()(q, q).flatten().tolist()   # 4 * 200 * 200 / 2
     [80000.0, 80000.0, 80000.0, 80000.0]
@@ -195,9 +201,13 @@ class AttentionScores(nn.Module):
         super().__init__()
         self.attn_logit_softcapping = softcap
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor,
+                hidden: torch.Tensor | None = None) -> torch.Tensor:
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
-        return soft_cap(att, self.attn_logit_softcapping)
+        att = soft_cap(att, self.attn_logit_softcapping)
+        if hidden is not None:  # padded keys: exp(min - max) is 0 unless the whole row is min
+            att = att.masked_fill(hidden, torch.finfo(att.dtype).min)
+        return att
 
 
 class Softmax(nn.Module):
@@ -240,7 +250,8 @@ class CausalSelfAttention(nn.Module):
         mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
         self.register_buffer("causal_mask", mask, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, C); attention_mask (B, T): 1 at a token, 0 at padding (Hugging Face's)."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # each (B, T, C)
         # split C into heads: (B, T, C) -> (B, nh, T, hs)
@@ -249,7 +260,10 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        att = self.scores(q, k)  # (B, nh, T, T)
+        if attention_mask is None:
+            att = self.scores(q, k)  # (B, nh, T, T)
+        else:  # padded keys hidden from every query: (B, T) -> (B, 1, 1, T)
+            att = self.scores(q, k, (attention_mask == 0)[:, None, None, :])
         att = att.masked_fill(~self.causal_mask[:T, :T], float("-inf"))  # no peeking ahead
         att = self.softmax(att)  # each row sums to 1
         y = att @ v  # (B, nh, T, hs)
@@ -296,10 +310,10 @@ class Block(nn.Module):
 
         self.residual = config.residual
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         if not self.residual:  # a plain deep stack: every gradient passes every layer
-            return self.mlp(self.ln_2(self.attn(self.ln_1(x))))
-        x = x + self.attn(self.ln_1(x))
+            return self.mlp(self.ln_2(self.attn(self.ln_1(x), attention_mask)))
+        x = x + self.attn(self.ln_1(x), attention_mask)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -383,8 +397,11 @@ class GPT(nn.Module):
         tokens: torch.Tensor,
         features: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """tokens (B, T) long; features (B, T, n_features) float; positions (T,) long."""
+        """tokens (B, T) long; features (B, T, n_features) float; positions (T,) long;
+        attention_mask (B, T): 1 at a token, 0 at padding (None: no padding), as in Hugging
+        Face, so padded keys are hidden from every query."""
         B, T = tokens.shape
         if positions is None:
             positions = torch.arange(T, device=tokens.device)
@@ -398,7 +415,7 @@ class GPT(nn.Module):
         if self.feat_proj is not None and features is not None:
             x = x + self.feat_proj(features)  # the float path: a NaN feature enters here
         for block in self.blocks:
-            x = block(x)
+            x = block(x) if attention_mask is None else block(x, attention_mask)
         logits = self.lm_head(self.ln_f(x))  # (B, T, vocab_size)
         return soft_cap(logits, self.config.final_logit_softcapping)
 

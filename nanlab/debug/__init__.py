@@ -17,6 +17,8 @@
 - ``llm_data_checks``: diagnose's data step for token ids and junk sequences
 - ``hardware_checks``: diagnose's replay of a failed step: a one-off device fault or not
 - ``restart_checks``: diagnose's reading of restarts and of layers that woke up (optimizer state)
+- ``masked_attention_checks``: diagnose's reading of attention masks: an empty example,
+  left padding under a causal mask
 
 >>> from nanlab.debug import diagnose, locate
 >>> callable(diagnose) and callable(locate)

@@ -233,6 +233,36 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "run a repetition filter (Gopher's top n-gram fractions) before tokenising, log the "
         "per-sample loss of any spiking batch, and keep the shard id in every batch's record",
     ),
+    "masked_attention": _Words(
+        "an attention row with no key left to attend to (注意力掩码把整行都遮住了)",
+        "the padding mask hid every key of some query rows, the softmax over a row of -inf "
+        "was -inf - (-inf) = NaN, and the NaN reached the rest through 0 * NaN",
+        "it gives those rows a finite softmax or removes them, so the model, the LR and the "
+        "precision stay as they were",
+        "mask with torch.finfo(dtype).min, not -inf, check that every mask row keeps a key, "
+        "and drop empty examples in the loader",
+    ),
+    "left_padding_inf_mask": _Words(
+        "left padding meeting a -inf attention mask (左填充 + -inf 掩码)",
+        "the batches were padded on the left, so under the causal mask the first positions "
+        "of a padded row were queries whose only keys were padding; filled with -inf, their "
+        "softmax was -inf - (-inf) = NaN, and the next layer spread it to the real tokens "
+        "through 0 * NaN (attention weight 0 times a NaN value)",
+        "the data was legal: a finite fill, torch.finfo(dtype).min as Hugging Face masks, "
+        "leaves a query with only padded keys finite, and its targets are ignored anyway",
+        "fill masks with torch.finfo(dtype).min, pad on the right for training, and test "
+        "the attention with a fully masked row before a run",
+    ),
+    "empty_sequence": _Words(
+        "an empty example in the batch (批次里有一条空样本)",
+        "one example had no token at all, so its key-padding mask hid every key of the row; "
+        "the softmax over a row of -inf was 0 / 0 = NaN and the backward pass carried it "
+        "into every weight",
+        "skipping the batch (or dropping the empty example) removes the cause at the source; "
+        "the attention code only has to handle data that has something in it",
+        "filter empty examples in the loader, assert that every mask row keeps at least one "
+        "key, and log the batch when the check fires",
+    ),
     "grad_accum": _Words(
         "a gradient accumulation loop that did not add up to the whole batch (梯度累积错误)",
         "the loop cut each step's batch into micro-batches but combined them wrongly, so "

@@ -16,11 +16,11 @@ row, and that ``torch.finfo(dtype).min`` as the fill gives a finite result. Two 
   key-padding mask hides every key of the row: broken data, which the batch check names
   (:func:`nanlab.faults.fixes.mask_problems`) and ``validate_data`` skips.
 
-What this torch (2.13, CPU) and transformers (5.25) do, measured (the test file runs it):
-``F.scaled_dot_product_attention`` returns 0 for a fully masked row (PyTorch's
-``_safe_softmax``, pytorch/pytorch#131863: before it, such rows were NaN, as
-huggingface/transformers#31035 reports for BERT under SDPA in bf16), and
-``nn.TransformerEncoder`` in training uses it: no NaN. ``nn.MultiheadAttention`` with
+What this torch (2.13, CPU) and transformers (5.25) do, measured
+(tests/test_masked_attention.py): ``F.scaled_dot_product_attention`` returns 0 for a fully
+masked row (PyTorch's ``_safe_softmax``, pytorch/pytorch#131863 and #133882, which list
+#103749 among the reports of NaN before it), and ``nn.TransformerEncoder`` in training
+uses it: no NaN. ``nn.MultiheadAttention`` with
 ``need_weights=True`` (its default) computes the softmax itself and returns NaN; so does
 ``nn.TransformerEncoder`` in eval mode. GPT-2 and Llama, eager or SDPA, fp32 or bf16,
 stay finite with an empty row or left padding: their masks are finfo.min.

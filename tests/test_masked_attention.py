@@ -185,3 +185,18 @@ def test_refusals_at_inject_are_one_line():
         faults.inject("empty_sequence", model=MHATagger(), batches=tokens_and_mask, row=9)
     with pytest.raises(NanlabError, match="-inf fill lives in the model's own attention code"):
         faults.inject("left_padding_inf_mask", model=MHATagger(), batches=tokens_and_mask)
+
+
+def test_diagnose_names_an_empty_sequence_on_multihead_attention():
+    from nanlab.train import TrainConfig, Trainer
+
+    def build(config):
+        torch.manual_seed(config.seed)
+        batches = faults.inject("empty_sequence", batches=tokens_and_mask, at_step=20).batches
+        return Trainer(config, model=MHATagger(), batches=batches, loss_fn=tag_loss)
+    trainer = build(TrainConfig(steps=30, lr=3e-3, checkpoint_every=10, progress=False))
+    trainer.run()
+    d = diagnose(trainer, build=build)
+    assert (d.cause, d.detail, d.fix, d.fix_verified) == (
+        "masked_attention", "empty_sequence", "validate_data", True), d.report()
+    assert "key_padding_mask: 1 row(s) [0] mask every key" in d.report()

@@ -9,7 +9,8 @@ can name it.
 The config holds the hyperparameters a real model has and the course's experiments vary:
 norm eps, init scheme, depth, norms and residual connections, QK-norm, logit
 soft-capping, positional encoding, activation, a padding token, and a float feature
-path. No field exists only for a fault: a fault acts on the built model through the
+path; ``forward`` also takes Hugging Face's ``attention_mask`` for padded batches. No field
+exists only for a fault: a fault acts on the built model through the
 mechanism a real run has (a swapped module, a hook, a loss wrapper; nanlab.faults).
 
 >>> from nanlab.toy.model import GPT, GPTConfig

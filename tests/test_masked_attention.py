@@ -127,26 +127,35 @@ def tag_loss(model, batch):
     return F.cross_entropy(logits.flatten(0, 1), batch["y"].flatten(), ignore_index=-100)
 
 
-def loop(model, loss_fn, batches, steps=12, **params):
-    """AdamW on ``model``, empty_sequence injected at step 5; the losses."""
+def loop(model, loss_fn, batches, steps=12, said=None, **params):
+    """AdamW on ``model``, empty_sequence injected at step 5; the losses (the fault's
+    warnings appended to ``said``)."""
+    import warnings
+
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    inj = faults.inject("empty_sequence", model=model, optimizer=opt, batches=batches,
-                        at_step=5, **params)
     losses = []
-    for step in range(steps):
-        loss = loss_fn(model, inj.batches(step))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inj = faults.inject("empty_sequence", model=model, optimizer=opt, batches=batches,
+                            at_step=5, **params)
+        for step in range(steps):
+            loss = loss_fn(model, inj.batches(step))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    if said is not None:
+        said += [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     return losses
 
 
 def test_empty_sequence_fires_on_multihead_attention_that_returns_its_weights():
     torch.manual_seed(0)
-    losses = loop(MHATagger(), tag_loss, tokens_and_mask)
+    said = []
+    losses = loop(MHATagger(), tag_loss, tokens_and_mask, said=said)
     assert all(math.isfinite(v) for v in losses[:5]) and math.isnan(losses[5])
+    assert said == []  # it fired: nothing to warn about
 
 
 def test_sdpa_returns_zeros_for_an_empty_row_so_these_models_train_on_measured():
@@ -155,7 +164,11 @@ def test_sdpa_returns_zeros_for_an_empty_row_so_these_models_train_on_measured()
     Hugging Face's masks are finfo.min, eager or SDPA: no NaN, the fault stays silent.
     nn.TransformerEncoder's eval fast path still makes the NaN."""
     torch.manual_seed(0)
-    assert all(math.isfinite(v) for v in loop(EncoderTagger(), tag_loss, tokens_and_mask))
+    said = []
+    assert all(math.isfinite(v) for v in loop(EncoderTagger(), tag_loss, tokens_and_mask,
+                                              said=said))
+    assert len(said) == 1 and said[0].startswith("empty_sequence: the model's output stayed "
+                                                 "finite at step 5")
     torch.manual_seed(0)
     assert all(math.isfinite(v) for v in loop(MHATagger(need_weights=False), tag_loss,
                                               tokens_and_mask))
@@ -173,7 +186,10 @@ def test_sdpa_returns_zeros_for_an_empty_row_so_these_models_train_on_measured()
         torch.manual_seed(0)
         model = gpt2()
         model.config._attn_implementation = impl
-        assert all(math.isfinite(v) for v in loop(model, hf_loss, hf_batches, steps=7)), impl
+        said = []
+        assert all(math.isfinite(v) for v in loop(model, hf_loss, hf_batches, steps=7,
+                                                  said=said)), impl
+        assert len(said) == 1 and "finite" in said[0], (impl, said)
 
 
 def test_refusals_at_inject_are_one_line():

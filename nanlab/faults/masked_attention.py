@@ -229,6 +229,27 @@ def _padding_pipeline(inj: Injection, pad_from: int | None, max_pad: int) -> Non
     swap_scores(inj.model, InfMaskScores)
 
 
+def _warn_if_finite(inj: Injection, p: dict) -> None:
+    """On a model that was passed, warn once when its output at the fault's step (the
+    ``at_step + 1``-th forward pass) is finite: its attention gives a row with no key a
+    finite result, so the run goes on clean (measured: SDPA, Hugging Face's masks)."""
+    if inj.model is None:
+        return
+    holder = []
+
+    def look(module, args, out):
+        if holder and holder[0].active and any(
+                t.is_floating_point() and not bool(torch.isfinite(t).all())
+                for _, t in named_tensors(out)):
+            holder[0].saw()
+    inj.hook(inj.model.register_forward_hook(look))  # before the watch's count: runs first
+    holder.append(inj.watch(lambda: (
+        f"{inj.fault}: the model's output stayed finite at step {p['at_step']}, whose batch "
+        f"hides every key of row {p['row']}: its attention gives a row with no key a finite "
+        "result (scaled_dot_product_attention returns 0 there, a torch.finfo(dtype).min "
+        "mask a uniform row), so nothing fails"), p["at_step"] + 1))
+
+
 def _needs_mask(inj: Injection, p: dict) -> None:
     """Refuse, in one line, a batch that carries no key-padding mask, or a row past it."""
     batch = inj.preview(p["at_step"])
@@ -277,13 +298,14 @@ register(Fault(
     needs="an empty example (an empty line of a corpus, a filter that dropped every token) "
           "and an attention whose softmax sees the -inf (nn.MultiheadAttention with "
           "need_weights=True, a hand-written one; on the toy its scores fill with -inf); "
-          "on your model: a batch that carries the key-padding mask",
+          "on your model: a batch that carries the key-padding mask; it warns when the "
+          "model's output at its step is finite",
     reveals="data", cure="validate_data", signature="nonfinite",
     params={"at_step": AT_STEP,
             "row": Param(0, 0, 100_000, help="the row of the batch that is empty")},
     on_toy=lambda inj, p: _padding_pipeline(inj, None, 0),
     install=lambda inj, p: inj.on_batch(p["at_step"], lambda b: empty_row(b, p["row"])),
-    foreign=lambda inj, p: None, check=_needs_mask,
+    foreign=_warn_if_finite, check=_needs_mask,
 ))
 
 
@@ -291,8 +313,7 @@ register(Fault(
 def _finite_mask(trainer: Trainer) -> list[str]:
     """Every -inf-filling score module of the toy swapped back for the one that fills
     with torch.finfo(dtype).min."""
-    n = swap_scores(trainer.model, AttentionScores) if any(
-        isinstance(m, InfMaskScores) for m in trainer.model.modules()) else 0
+    n = swap_scores(trainer.model, AttentionScores)  # only its subclasses are swapped
     return [f"{n} attention mask fill{'s' if n > 1 else ''} -inf -> torch.finfo(dtype).min"] \
         if n else []
 

@@ -504,8 +504,84 @@ return 100.0 * flagged / judged if judged > 0 else 0.0""")
 #
 # What the toy cannot show: a run of months, data that really varies (PaLM's half of
 # the finding), hardware failures (OPT's restarts), or how often (one seed).
+
+# %% [markdown]
+# ## 7. On call: two new incidents
 #
-# ## 7. Practice
+# Two other runs spiked, and an alarm halted each at its first spike. How they were
+# set up is hidden (`incident_runs`): on call, nobody tells you the cause. You have
+# their checkpoints, so you run section 1's test on each: the near state replays the
+# window, the state 100 steps earlier replays the same window, the near state replays
+# batches it never saw. Each number is a replay's rise.
+
+# %%
+from nanlab.course.questions.lab12 import REMEDIES, incident_runs
+
+
+def replay_on(run, start, batches):
+    """Section 1's replay on another run: load its checkpoint `start`, train `batches`."""
+    run.restore(start)
+    return np.array([run.train_step(batch_index=b, record_layers=False).loss_value
+                     for b in batches])
+
+
+incidents = {}
+for run_name, run in incident_runs().items():
+    run_losses = losses_of(run.record)
+    spike_at = first_spike(run_losses, bar=5.0)
+    near_at = run.checkpoints.nearest(spike_at - 15)
+    far_at = run.checkpoints.nearest(near_at - 100)
+    window = list(range(near_at, spike_at + 15))
+    incidents[run_name] = {
+        "near state, the window": rise(replay_on(run, near_at, window)),
+        "earlier state, the window": rise(replay_on(run, far_at, window)),
+        "near state, other batches": rise(replay_on(run, near_at, range(1000, 1000 + len(window)))),
+        "every loss finite": bool(np.isfinite(run_losses).all()),
+    }
+    print(f"{run_name} (fp32): spike at step {spike_at}; near state {near_at}, earlier state "
+          f"{far_at}")
+    for row, value in incidents[run_name].items():
+        print(f"   {row:27} {value if isinstance(value, bool) else f'rise x{value:.1f}'}")
+print("\nREMEDIES:")
+for remedy, meaning in REMEDIES.items():
+    print(f"   {remedy:21} {meaning}")
+
+# %% [markdown]
+# **Exercise · the first remedy.** For each run, which of the `REMEDIES` would you try
+# first? Return `{"run A": name, "run B": name}`. Decide from the replays, not from
+# what worked on section 1's run.
+
+# %%
+def my_remedies():
+    """{run: the name of the remedy you would try first}."""
+    ### BEGIN SOLUTION
+    # run A: from its near state, batches it never saw spike too, so the state alone
+    # fails: smaller updates (OPT). run B: only the window spikes, and only from the
+    # near state: skip those batches (PaLM). Both are fp32 and finite: no range problem.
+    return {"run A": "restart_lower_lr", "run B": "restart_skip_batches"}
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+from nanlab.course.questions.lab12 import judge_remedies
+
+check("first_remedy", my_remedies, test=lambda got: judge_remedies(got, incidents),
+      hints=["Each replay changes one suspect and keeps the other: which one keeps the "
+             "state and changes the batches, and what did it do in each run?",
+             "A spike that comes on any batches says the state takes steps too large for "
+             "it; a spike that needs particular batches says those batches. Sections 2 and "
+             "3 tried a remedy for each case.",
+             "Two remedies change the model or the number format: one means training "
+             "again from the start, the other cures a range problem. Ask whether either "
+             "run showed a reason for them."],
+      solution="""\
+# run A: from its near state, batches it never saw spike too, so the state alone
+# fails: smaller updates (OPT). run B: only the window spikes, and only from the
+# near state: skip those batches (PaLM). Both are fp32 and finite: no range problem.
+return {"run A": "restart_lower_lr", "run B": "restart_skip_batches"}""")
+
+# %% [markdown]
+# ## 8. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
 
 # %%

@@ -82,3 +82,84 @@ QUESTIONS = [
              "section 5)."],
     ),
 ]
+
+
+# --- the on-call exercise (section 7): two incidents, one remedy each -------------------
+
+REMEDIES = {
+    "restart_skip_batches": "PaLM: restart from a checkpoint before the spike and skip the "
+                            "batches around it",
+    "restart_lower_lr": "OPT: restart from an earlier checkpoint with a lower LR",
+    "embedding_layernorm": "BLOOM: add a LayerNorm after the embedding",
+    "bf16": "BLOOM: train in bf16 instead of fp16",
+}
+"""The remedies the big runs used, by the name a learner answers with."""
+
+SPIKE = 3.0
+"""A replay "spikes" when its worst loss passes this many times its first losses' median."""
+
+REPLAYS = ("near state, the window", "earlier state, the window", "near state, other batches")
+"""The three replays of section 1, the evidence of each incident, in the order printed."""
+
+
+def incident_runs() -> dict:
+    """The two runs of section 7, built out of sight (on call, nobody tells you the cause):
+    {name: its Trainer after the run}. Checkpoints every 10 steps, fp32, as section 1's."""
+    from nanlab.faults import run_fault
+    from nanlab.train import TrainConfig, Trainer
+
+    spiky = TrainConfig(steps=300, lr=1e-2, beta2=0.99, schedule="constant",
+                        checkpoint_every=10, record_every=0, progress=False, seed=1)
+    run_a = Trainer(spiky)
+    run_a.run()
+    run_b = run_fault("repeated_token_shard", steps=170, checkpoint_every=10).trainer
+    return {"run A": run_a, "run B": run_b}
+
+
+def key_remedy(evidence: dict) -> str | None:
+    """The remedy to try first, read from one incident's replays (their rises), or None
+    when the near state does not spike again on the window (nothing to decide from).
+
+    >>> key_remedy({"near state, the window": 40.0, "earlier state, the window": 1.2,
+    ...             "near state, other batches": 60.0})
+    'restart_lower_lr'
+    """
+    if evidence["near state, other batches"] > SPIKE:
+        return "restart_lower_lr"  # the state spikes on any batches: smaller updates
+    if evidence["near state, the window"] > SPIKE:
+        return "restart_skip_batches"  # only those batches (from that state) spike
+    return None
+
+
+def judge_remedies(got, incidents: dict) -> str | None:
+    """None when each incident's remedy is the one its evidence points to, else one line
+    that names the incident and the evidence against the choice (never the answer).
+
+    ``incidents``: {run: {replay: rise, "every loss finite": bool}}, as the lab prints it.
+    """
+    if not isinstance(got, dict) or set(got) != set(incidents):
+        return (f"return a dict with one remedy for each of {sorted(incidents)}, like "
+                f"{{'run A': '...', 'run B': '...'}}; got {got!r}"[:300])
+    for run, evidence in incidents.items():
+        pick, key = got[run], key_remedy(evidence)
+        near, far, other = (evidence[r] for r in REPLAYS)
+        if pick not in REMEDIES:
+            return f"{run}: {pick!r} is not one of the REMEDIES: {', '.join(REMEDIES)}"
+        if key is None or pick == key:
+            continue
+        if pick == "bf16":
+            return (f"{run}: the run is fp32 and every loss stayed finite: there is no "
+                    "range to gain from bf16; read its three replays")
+        if pick == "embedding_layernorm":
+            return (f"{run}: an embedding LayerNorm changes the model, so the run starts "
+                    "over from step 0; on call you restart the run you have. Which replay "
+                    "says what the spike needs?")
+        if pick == "restart_skip_batches":
+            return (f"{run}: from its near state, batches it never saw spiked too (rise "
+                    f"x{other:.1f}): skipping the window's batches leaves the cause in "
+                    "place")
+        return (f"{run}: from the same near state, batches it never saw stayed calm (rise "
+                f"x{other:.1f}) while the window spiked (x{near:.1f}; from the earlier "
+                f"state x{far:.1f}): the spike needs those batches. A lower LR slows every "
+                "later step to dodge a few batches")
+    return None

@@ -65,7 +65,10 @@ def test_wrong_fixes_do_not_cure_left_padding(fix):
 
 
 def test_an_empty_sequence_fails_at_its_step_and_validate_data_skips_it():
-    assert run("empty_sequence").record.first_nonfinite_step == 40
+    bad = run("empty_sequence").record
+    assert bad.first_nonfinite_step == 40
+    # the row's targets are ignored, so the loss is finite; the backward pass is not
+    assert math.isfinite(bad.steps[40]["loss"]) and math.isnan(bad.steps[40]["grad_norm"])
     cured = run("empty_sequence", ["validate_data"])
     assert cured.record.first_nonfinite_step is None
     assert [(e["kind"], e["batch"]) for e in cured.record.events] == [("bad_batch", 40)]

@@ -219,3 +219,39 @@ def test_diagnose_names_an_empty_sequence_on_multihead_attention():
     assert (d.cause, d.detail, d.fix, d.fix_verified) == (
         "masked_attention", "empty_sequence", "validate_data", True), d.report()
     assert "key_padding_mask: 1 row(s) [0] mask every key" in d.report()
+
+
+def test_hugging_face_and_pad_id_masks_measured():
+    """The guide's numbers: GPT-2 and Llama, eager or SDPA, fp32 or bf16, finite with an
+    empty row and with left padding (finfo.min masks); TinySeq2Seq (masks from pad ids)
+    with an all-pad source row: finite in training (SDPA), NaN in eval mode."""
+    from foreign_models import PAD, TinySeq2Seq, seq2seq_batches, seq2seq_loss
+    from foreign_scenarios import llama
+
+    for make in (gpt2, llama):
+        for impl in ("eager", "sdpa"):
+            for dtype in (torch.float32, torch.bfloat16):
+                torch.manual_seed(0)
+                model = make()
+                model.config._attn_implementation = impl
+                model = model.to(dtype)
+                ids = counting_ids(0)
+                empty, left = torch.ones_like(ids), torch.ones_like(ids)
+                empty[2] = 0
+                left[:4, :4] = 0
+                for mask in (empty, left):
+                    labels = ids.masked_fill(mask == 0, -100)
+                    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+                    out.loss.backward()
+                    assert out.logits.isfinite().all(), (make.__name__, impl, dtype)
+                    assert all(p.grad.isfinite().all() for p in model.parameters()
+                               if p.grad is not None), (make.__name__, impl, dtype)
+    torch.manual_seed(0)
+    model, batch = TinySeq2Seq(), seq2seq_batches(10)
+    batch["src"][2] = PAD
+    loss = seq2seq_loss(model, batch)
+    loss.backward()
+    assert loss.isfinite() and all(p.grad.isfinite().all() for p in model.parameters()
+                                   if p.grad is not None)
+    with torch.no_grad():
+        assert seq2seq_loss(model.eval(), batch).isnan()

@@ -428,7 +428,88 @@ return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-10
                        reduction="sum") / total_targets""")
 
 # %% [markdown]
-# ## 7. Practice
+# ## 7. Triage: three incidents
+#
+# Three more runs went wrong, their faults hidden (`incident_runs`), each at a step
+# other than its section's. For each you have what an on-call engineer gathers in the
+# first hour, with this lab's tools: the first bad step (a NaN, or a loss twice the
+# median of the ten before), an exact replay of it from the checkpoint before, the
+# per-sample loss of its batch, and the unmasked targets of each micro-batch.
+
+# %%
+from nanlab.course.questions.lab14 import FAMILIES, incident_runs
+
+
+def first_bad_step(losses, bar=2.0, start=20):
+    """The first step whose loss is not finite or `bar` times the median of the 10 before."""
+    for at in range(start, len(losses)):
+        if not np.isfinite(losses[at]) or losses[at] > bar * np.median(losses[at - 10:at]):
+            return at
+    return None
+
+
+def evidence_of(run):
+    """The four rows of evidence of one incident."""
+    losses = np.array(run.record.losses())
+    at = first_bad_step(losses)
+    tr = run.trainer
+    kept = tr.checkpoints.nearest(at)
+    batch = tr.batches(at)
+    alone = per_sample_loss(tr.model, batch, tr.loss_fn, state=tr.checkpoints.load(kept)["model"])
+    scored = np.sort([s.loss for s in alone.samples if np.isfinite(s.loss)])[::-1]
+    tr.restore(kept)  # replay from the checkpoint before, the same batches and RNG
+    again = [tr.train_step(batch_index=b, record_layers=False).loss_value
+             for b in range(kept, at + 1)][-1]
+    times = losses[at] / np.median(losses[at - 10:at])
+    return {"bad step's loss": f"{losses[at]:.3g}" + (f", {times:.1f}x the 10 before"
+                                                      if np.isfinite(times) else ""),
+            "exact replay gives the same loss": np.array_equal(again, losses[at], equal_nan=True),
+            "worst quarter's share of the loss": float(scored[:len(scored) // 4].sum() / scored.sum()),
+            "targets per micro-batch": [target_count(m) for m in split_batch(batch, 4)]}
+
+
+triage = {name: evidence_of(run) for name, run in incident_runs().items()}
+for name, rows in triage.items():
+    print(name)
+    for row, value in rows.items():
+        print(f"   {row:34} {f'{value:.0%}' if isinstance(value, float) else value}")
+print("\nFAMILIES:")
+for family, meaning in FAMILIES.items():
+    print(f"   {family:13} {meaning}")
+
+# %% [markdown]
+# **Exercise · triage.** Name the fault family of each incident, one of the `FAMILIES`
+# keys: return `{"incident A": family, "incident B": family, "incident C": family}`.
+
+# %%
+def my_triage():
+    """{incident: the name of its fault family}."""
+    ### BEGIN SOLUTION
+    # A: the replay fails the same way and one micro-batch holds a single target.
+    # B: the replay of the same state and batch comes back finite: transient.
+    # C: the replay fails again, micro-batches are even, a few sequences carry the loss.
+    return {"incident A": "accumulation", "incident B": "hardware", "incident C": "data"}
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+from nanlab.course.questions.lab14 import judge_families
+
+check("triage", my_triage, test=lambda got: judge_families(got, triage),
+      hints=["Start with the replay: which families fail again from the same state, batch "
+             "and RNG, and which does not?",
+             "Of those that fail again, one depends on how the loop splits the batch and one "
+             "on what is in the batch: which row shows each?",
+             "An even batch gives its worst quarter of sequences about a third of the loss; "
+             "micro-batches of the same size hold about the same number of targets."],
+      solution="""\
+# A: the replay fails the same way and one micro-batch holds a single target.
+# B: the replay of the same state and batch comes back finite: transient.
+# C: the replay fails again, micro-batches are even, a few sequences carry the loss.
+return {"incident A": "accumulation", "incident B": "hardware", "incident C": "data"}""")
+
+# %% [markdown]
+# ## 8. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
 
 # %%

@@ -177,3 +177,82 @@ QUESTIONS = [
              "set; 0.5 has it clear."],
     ),
 ]
+
+
+# --- the triage exercise (section 7): three incidents, one fault family each -----------
+
+FAMILIES = {
+    "data": "something in the batch itself: junk sequences, bad ids",
+    "accumulation": "the gradient-accumulation loop weighs the targets wrongly",
+    "hardware": "the device returned a wrong number once",
+}
+"""The answers of the triage exercise, by the name a learner answers with."""
+
+EVIDENCE = ("bad step's loss", "exact replay gives the same loss",
+            "worst quarter's share of the loss", "targets per micro-batch")
+"""The rows the lab prints for each incident, in order."""
+
+CONCENTRATED = 0.5
+"""A worst quarter of the sequences carrying more than this share of the loss: a few
+sequences carry it (an even batch gives its worst quarter about a third)."""
+
+UNEVEN = 10
+"""Micro-batch target counts whose largest is more than this times the smallest."""
+
+
+def incident_runs() -> dict:
+    """The three runs of section 7, built out of sight, each with a fault at a step other
+    than its section's: {incident: FaultRun}."""
+    from nanlab.faults import run_fault
+
+    return {"incident A": run_fault("accum_mean_of_means", at_step=140, steps=165),
+            "incident B": run_fault("bit_flip", at_step=90, steps=100,
+                                    stop_when_poisoned=True),
+            "incident C": run_fault("repeated_token_shard", at_step=160, steps=175)}
+
+
+def key_family(evidence: dict) -> str | None:
+    """The family one incident's evidence points to, or None when it points nowhere.
+
+    >>> key_family({"exact replay gives the same loss": False,
+    ...             "worst quarter's share of the loss": 0.3,
+    ...             "targets per micro-batch": [248, 248, 248, 248]})
+    'hardware'
+    """
+    counts = evidence["targets per micro-batch"]
+    if not evidence["exact replay gives the same loss"]:
+        return "hardware"  # the same state and inputs do not fail again: transient
+    if max(counts) > UNEVEN * max(min(counts), 1):
+        return "accumulation"  # the loop weighs a short micro-batch's targets up
+    if evidence["worst quarter's share of the loss"] > CONCENTRATED:
+        return "data"  # a few sequences carry the spike
+    return None
+
+
+def judge_families(got, incidents: dict) -> str | None:
+    """None when each incident's family is the one its evidence points to, else one line
+    naming the incident and the evidence against the choice (never the answer)."""
+    if not isinstance(got, dict) or set(got) != set(incidents):
+        return (f"return a dict with one family for each of {sorted(incidents)}; got "
+                f"{got!r}"[:300])
+    for name, evidence in incidents.items():
+        pick, key = got[name], key_family(evidence)
+        if pick not in FAMILIES:
+            return f"{name}: {pick!r} is not one of the FAMILIES: {', '.join(FAMILIES)}"
+        if key is None or pick == key:
+            continue
+        replayed = evidence["exact replay gives the same loss"]
+        counts = evidence["targets per micro-batch"]
+        share = evidence["worst quarter's share of the loss"]
+        if pick == "hardware":
+            return (f"{name}: the exact replay gave the same loss: a device fault that "
+                    "strikes once would not strike again on the replay")
+        if not replayed:
+            return (f"{name}: the exact replay, the same state and batch, did not give the "
+                    f"same loss: a {pick} fault would fail the same way again")
+        if pick == "accumulation":
+            return (f"{name}: its micro-batches hold {counts} targets, even: every target "
+                    "weighs the same however the loop averages")
+        return (f"{name}: its worst quarter of sequences carries {share:.0%} of the loss, "
+                "about its share: no few sequences carry the spike. Read the other rows")
+    return None

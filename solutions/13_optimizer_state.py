@@ -511,8 +511,74 @@ torch.set_rng_state(state["rng"])""")
 # %% [markdown]
 # Leave out one part and rerun the check: which step differs first tells you what it
 # was. (On a GPU add `torch.cuda.get_rng_state()`; with a data loader, its position.)
+
+# %% [markdown]
+# ## 7. On call: three resumed runs
 #
-# ## 7. Practice
+# Three jobs were preempted and resumed by code you have not read (`resumed_runs`). The
+# job log says where each restarted. You have the checkpoint each resumed from and the
+# run record after it: what the checkpoint saved, the LR the resumed run used, and its
+# loss around the restart. The restart event is left out on purpose: not every
+# framework writes one.
+
+# %%
+from nanlab.course.questions.lab13 import LOST, resumed_runs
+
+resumes = {}
+for run_name, run in resumed_runs().items():
+    at = next(e["step"] for e in run.record.events if e["kind"] == "restart")
+    saved = run.trainer.checkpoints.load(run.trainer.checkpoints.nearest(at))
+    adam_count = min(int(s["step"]) for s in saved["optimizer"]["state"].values())
+    run_losses, run_lrs = run.record.losses(), run.record.column("lr")
+    level = np.median(run_losses[at - 10:at])
+    top = at + int(np.argmax(run_losses[at:at + 40]))
+    resumes[run_name] = {"LR saved in the checkpoint": saved["scheduler"]["_last_lr"][0],
+                         "LR after the restart": float(run_lrs[at]),
+                         "LR 20 steps later": float(run_lrs[at + 20]),
+                         "peak / loss before": float(run_losses[top] / level),
+                         "steps to the peak": top - at}
+    print(f"{run_name}: restarted before step {at}; the checkpoint holds {sorted(saved)}, "
+          f"Adam's step count {adam_count}")
+    for row, value in resumes[run_name].items():
+        print(f"   {row:27} {value:.3g}")
+print("\nLOST:")
+for state, meaning in LOST.items():
+    print(f"   {state:12} {meaning}")
+
+# %% [markdown]
+# **Exercise · what did the resume lose?** For each run, one of the `LOST` keys:
+# return `{"resume P": state, "resume Q": state, "resume R": state}`.
+
+# %%
+def my_lost_state():
+    """{run: the name of the state its resume lost}."""
+    ### BEGIN SOLUTION
+    # P: the LR after the restart is not the one saved, and the loss peaks late (warmup).
+    # Q: the LR goes on as saved, but the loss jumps at once: every weight moved by lr.
+    # R: the LR goes on as saved and the loss does not jump.
+    return {"resume P": "lr_schedule", "resume Q": "adam_state", "resume R": "nothing"}
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+from nanlab.course.questions.lab13 import judge_lost
+
+check("lost_state", my_lost_state, test=lambda got: judge_lost(got, resumes),
+      hints=["Compare each run with what its checkpoint saved: which runs go on with the "
+             "LR the checkpoint held?",
+             "Sections 1 and 2 found two timings: a jump at the first steps after the "
+             "restart, and one about 20 steps later. Which one does each run show?",
+             "The checkpoint holds every piece of state in all three runs; what differs is "
+             "what the resume code put back, and each lost piece leaves its own mark in "
+             "the LR or the loss."],
+      solution="""\
+# P: the LR after the restart is not the one saved, and the loss peaks late (warmup).
+# Q: the LR goes on as saved, but the loss jumps at once: every weight moved by lr.
+# R: the LR goes on as saved and the loss does not jump.
+return {"resume P": "lr_schedule", "resume Q": "adam_state", "resume R": "nothing"}""")
+
+# %% [markdown]
+# ## 8. Practice
 # Answer, then press **Check**. **Hint** reveals one hint at a time.
 
 # %%

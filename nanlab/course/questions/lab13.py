@@ -109,3 +109,78 @@ QUESTIONS = [
                     "an unfreeze."],
     ),
 ]
+
+
+# --- the on-call exercise (section 7): three resumed runs, which state was lost ---------
+
+LOST = {
+    "adam_state": "Adam's moments and step count",
+    "lr_schedule": "the LR scheduler's step",
+    "rng": "the random number generator's state",
+    "nothing": "the resume lost nothing",
+}
+"""The answers of the exercise, by the name a learner answers with."""
+
+PEAK = 3.0
+"""A loss above this many times the median of the 10 steps before the restart: a jump."""
+
+
+def resumed_runs() -> dict:
+    """The three resumed runs of section 7, built out of sight (the job log says only that
+    each restarted, and where): {run: FaultRun}."""
+    from nanlab.faults import run_fault
+
+    return {"resume P": run_fault("resume_reset_schedule", at_step=140),
+            "resume Q": run_fault("resume_fresh_optimizer", at_step=160),
+            "resume R": run_fault("resume_fresh_optimizer", at_step=120,
+                                  fixes=["resume_full_state"])}
+
+
+def key_lost(evidence: dict) -> str | None:
+    """The state one resumed run lost, read from its evidence, or None when it is unclear.
+
+    >>> key_lost({"LR saved in the checkpoint": 1e-3, "LR after the restart": 1e-3,
+    ...           "peak / loss before": 12.0, "steps to the peak": 1})
+    'adam_state'
+    """
+    saved, after = evidence["LR saved in the checkpoint"], evidence["LR after the restart"]
+    if abs(after / saved - 1) > 0.1:
+        return "lr_schedule"  # the LR of the resumed run is not the one the schedule held
+    if evidence["peak / loss before"] > PEAK and evidence["steps to the peak"] <= 3:
+        return "adam_state"  # the very first updates knock the weights off: lr x sign(g)
+    if evidence["peak / loss before"] < 2:
+        return "nothing"
+    return None
+
+
+def judge_lost(got, evidence_by_run: dict) -> str | None:
+    """None when each run's answer is the state its evidence says was lost, else one line
+    naming the run and the evidence against the choice (never the answer)."""
+    if not isinstance(got, dict) or set(got) != set(evidence_by_run):
+        return (f"return a dict with one answer for each of {sorted(evidence_by_run)}; got "
+                f"{got!r}"[:300])
+    for run, ev in evidence_by_run.items():
+        pick, key = got[run], key_lost(ev)
+        if pick not in LOST:
+            return f"{run}: {pick!r} is not one of LOST: {', '.join(LOST)}"
+        if key is None or pick == key:
+            continue
+        saved, after = ev["LR saved in the checkpoint"], ev["LR after the restart"]
+        jump, delay = ev["peak / loss before"], ev["steps to the peak"]
+        if pick == "nothing":
+            return (f"{run}: after the restart the loss rose to {jump:.1f}x where it was: a "
+                    "resume that lost nothing continues the run as if never stopped")
+        if pick == "rng":
+            return (f"{run}: a lost RNG state changes which random numbers come next, not how "
+                    f"large the steps are; it cannot explain a loss {jump:.1f}x the level "
+                    "before. Read the LR rows and the timing")
+        if pick == "lr_schedule":
+            return (f"{run}: the resumed run's LR ({after:.2e}) is the LR the checkpoint saved "
+                    f"({saved:.2e}): the schedule went on where it was")
+        if key == "lr_schedule":
+            return (f"{run}: the resumed run's LR ({after:.2e}) is not the LR the checkpoint "
+                    f"saved ({saved:.2e}); and the loss peaked {delay} steps after the "
+                    "restart, not at once")
+        return (f"{run}: the loss stayed within {jump:.1f}x of where it was: a fresh Adam "
+                "would move every weight by the full LR at once")
+    return None

@@ -30,6 +30,10 @@
 # **LR sensitivity**. You do the same on the toy Transformer, with QK-LayerNorm,
 # z-loss, warmup, weight decay and Adam's b2, and you watch four numbers inside each
 # run. CPU only, about 40 minutes; the whole sweep takes about a minute.
+#
+# > **Optional, senior track.** This whole lab is optional depth. Skip it and you miss
+# > the LR sweep, the way to study a large run's instability on small models; no later
+# > lab relies on it (Lab 12 only points here).
 
 # %% [markdown]
 # ## Setup
@@ -435,6 +439,41 @@ print("z-loss 1e-4: at every LR up to 1e-2 (stable runs), final loss within 0.02
 # (section 5). Read the number beside the curve, as the paper asks (Appendix B): the
 # independent-decay curve is *flatter* partly because decay slows the low-LR runs,
 # not only because high LRs got better. A low sensitivity is not a low loss.
+
+# %% [markdown]
+# **Exercise 3 · ship it.** Your team trains this model ten times larger next week,
+# once, with no time for another sweep. The paper warns that the LR at which a model
+# diverges falls as it grows (quoted in section 8). From the sweep table (section 2)
+# and the sensitivities above, choose the recipe you would ship and its peak LR, one
+# of the grid's: return `{"recipe": name, "lr": value}`. Several answers can be right;
+# the check reads this sweep, not a fixed key.
+
+# %%
+def my_shipping_choice():
+    """{"recipe": one of sweep.variants(), "lr": one of PAPER_LRS}."""
+    ### BEGIN SOLUTION
+    # The recipe with the lowest LR sensitivity trains nearly as well over most of the
+    # grid. Its best LR reached its lowest loss, and the next LR up still trained:
+    # a margin for the larger model, which fails at a lower LR.
+    return {"recipe": "QK-LayerNorm", "lr": 3e-3}
+    ### END SOLUTION
+
+
+# %% tags=["nbval-check-output"]
+from nanlab.course.questions.lab11 import judge_ship
+
+check("ship_recipe", my_shipping_choice, test=lambda got: judge_ship(got, sweep),
+      hints=["Robust has a number in this lab: which recipe trains nearly as well as its "
+             "best over most of the grid? Section 7 printed it for each.",
+             "For the LR, two things count: the loss it reaches, and what happened one grid "
+             "step above it, because the larger model fails at a lower LR than this one.",
+             "Read your recipe's rows of the sweep table: among the LRs whose final loss is "
+             "close to its best, prefer one whose neighbour above still trained."],
+      solution="""\
+# The recipe with the lowest LR sensitivity trains nearly as well over most of the
+# grid. Its best LR reached its lowest loss, and the next LR up still trained:
+# a margin for the larger model, which fails at a lower LR.
+return {"recipe": "QK-LayerNorm", "lr": 3e-3}""")
 
 # %% [markdown]
 # ## 8. What was scaled down, and what still holds

@@ -1,5 +1,7 @@
 """Lab 11 (11_lr_sensitivity): its practice questions with their keys, shown by id in the lab."""
 
+import math
+
 from nanlab.course.quiz import FreeTextQuestion, MultipleChoiceQuestion
 from nanlab.course.rubric import KeyPoint, WrongClaim
 
@@ -157,3 +159,51 @@ QUESTIONS = [
         ],
     ),
 ]
+
+
+# --- the shipping exercise (section 7): a recipe and an LR, from the sweep --------------
+
+AS_ROBUST = 0.05
+"""LR sensitivities within this of the lowest are as robust as it (one seed: noise)."""
+
+NEAR_BEST = 0.25
+"""A final loss within this many nats of the recipe's best leaves little on the table."""
+
+
+def judge_ship(got, sweep) -> str | None:
+    """None when ``got`` ({"recipe": ..., "lr": ...}) is a recipe as robust as the sweep's
+    most robust and an LR near its best whose next LR up still trains, else one line that
+    points at the sweep's evidence against it (never the answer).
+
+    ``sweep``: the lab's :class:`nanlab.debug.sensitivity.Sweep`.
+    """
+    if not isinstance(got, dict) or set(got) != {"recipe", "lr"}:
+        return f"return a dict with the keys 'recipe' and 'lr'; got {got!r}"[:300]
+    recipe, lr = got["recipe"], got["lr"]
+    if recipe not in sweep.variants():
+        return f"{recipe!r} is not a recipe of the sweep: {', '.join(sweep.variants())}"
+    lrs, losses = sweep.curve(recipe)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+        return f"the LR is a number of the grid, like 1e-3; got {lr!r}"
+    at = [i for i, x in enumerate(lrs) if abs(x - lr) <= 1e-6 * x]
+    if not at:
+        return f"LR {lr!r} is not on the sweep's grid: {', '.join(f'{x:g}' for x in lrs)}"
+    sens = sweep.sensitivity()
+    if sens[recipe] > min(sens.values()) + AS_ROBUST:
+        return (f"{recipe}'s LR sensitivity is {sens[recipe]:.3f}; another recipe's is lower "
+                f"by more than {AS_ROBUST}: it trains nearly as well over more of the grid")
+    l0 = sweep.rows[0]["initial_loss"]
+    ended = [x if math.isfinite(x) else l0 for x in losses]
+    i, best = at[0], min(ended)
+    if ended[i] > best + NEAR_BEST:
+        return (f"{recipe} at LR {lr:g} ended at {ended[i]:.2f}, {ended[i] - best:.2f} above "
+                "its best LR's: you would ship a model that has not learned what it can")
+    if i == len(lrs) - 1:
+        return (f"LR {lr:g} is the top of the grid: no run above it says how close it is to "
+                "failing, and the larger model fails at a lower LR")
+    above = ended[i + 1]
+    if above > (l0 + best) / 2:
+        return (f"{recipe} at LR {lrs[i + 1]:g}, one grid step above yours, ended at "
+                f"{above:.2f}, nearer the loss at init ({l0:.2f}) than its best: the larger "
+                "model fails at a lower LR, so your choice has no margin")
+    return None

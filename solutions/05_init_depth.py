@@ -23,8 +23,7 @@
 # # Lab 05 · Initialisation and depth: gradient explosion (梯度爆炸), and two myths
 #
 # Gradient explosion is a real cause of NaN, visible in the record long before the
-# NaN; some usual suspects make none. CPU is enough; about 45 minutes. Cells marked
-# `# YOUR CODE HERE` are yours; the cell after each one checks it.
+# NaN; some usual suspects make none. CPU is enough; about 45 minutes.
 
 # %% [markdown]
 # ## Setup
@@ -722,6 +721,9 @@ print("every activation below 1000 (nothing near an overflow):",
 # That needs a long run and low precision; this toy has neither.
 #
 # ## 6. Optimizers and pretrained weights
+# > **Optional, senior track.** Skip section 6 and you miss the optimizer comparison, the
+# > pretrained start and the last practice question; nothing later relies on them.
+#
 # ### 6a. AdamW vs SGD on the deep stack
 # The same 6 blocks without LayerNorm at the same LR, with SGD (momentum 0.9), 40 steps.
 
@@ -752,7 +754,7 @@ print("AdamW: grad norm at step 39 more than 1000x SGD's:",
 # ### 6b. AdamW vs NAdam vs SGD on the clean model
 # One LR each would compare LRs, not optimizers: three LRs each, about 3x apart
 # (SGD's higher), 40 steps, seed 0; then each one's best LR with seeds 1 and 2. NAdam
-# (Adam with Nesterov momentum) goes to the `Trainer` as any `torch.optim.Optimizer`.
+# is Adam with Nesterov momentum.
 
 # %%
 SWEEP = {"AdamW": (3e-3, 1e-2, 3e-2), "NAdam": (1e-3, 3e-3, 1e-2),

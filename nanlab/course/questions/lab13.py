@@ -179,7 +179,7 @@ def judge_lost(got, evidence_by_run: dict) -> str | None:
                     f"({saved:.2e}): the schedule went on where it was")
         if key == "lr_schedule":
             return (f"{run}: the resumed run's LR ({after:.2e}) is not the LR the checkpoint "
-                    f"saved ({saved:.2e}); and the loss peaked {delay} steps after the "
+                    f"saved ({saved:.2e}); and the loss peaked {delay:.0f} steps after the "
                     "restart, not at once")
         return (f"{run}: the loss stayed within {jump:.1f}x of where it was: a fresh Adam "
                 "would move every weight by the full LR at once")

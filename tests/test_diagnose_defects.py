@@ -17,7 +17,8 @@ from nanlab.analysis.signals import find_spikes
 from nanlab.debug import diagnose
 from nanlab.debug.sop_checks import fan_in, init_and_eps
 from nanlab.debug.user_code import grad_growth
-from nanlab.faults.fixes import LabelRange, batch_problems, is_hf_model, reinit
+from nanlab.faults.batch_check import LabelRange, batch_problems
+from nanlab.faults.fixes import is_hf_model, reinit
 from nanlab.runs.record import RunRecord
 from nanlab.train import TrainConfig, Trainer
 

@@ -79,7 +79,7 @@ def test_every_draw_holds_a_replay_trap_and_a_run_that_stays_finite():
 
 def test_no_exam_fault_is_named_by_its_config():
     """The config is visible, as in a real incident: no field of it spells out the bug
-    (resume_skips, restart_at), and no norm eps of 0."""
+    (resume_skips), and no norm eps of 0."""
     clean = TrainConfig().to_dict()
     for name in EXAM_ORDER:
         config = fault_config(name).to_dict()

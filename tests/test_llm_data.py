@@ -19,7 +19,7 @@ from nanlab.analysis.signals import final_loss, find_spikes
 from nanlab.debug.attribution import per_sample_loss
 from nanlab.debug.diagnose import diagnose
 from nanlab.errors import NanlabError
-from nanlab.faults.fixes import batch_problems, label_range
+from nanlab.faults.batch_check import batch_problems, label_range
 from nanlab.faults.llm_data import degenerate_rows
 from nanlab.faults.matrix import run_cell
 from nanlab.toy.data import CountingTask

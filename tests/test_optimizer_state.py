@@ -39,7 +39,8 @@ def test_a_restart_that_loads_everything_reproduces_the_run_bit_for_bit():
     """The restart itself is harmless: with the whole state loaded it changes nothing."""
     config = TrainConfig(steps=30, progress=False)
     plain = Trainer(config).run().losses()
-    restarted = Trainer(config.replace(restart_at=15))
+    restarted = Trainer(config)
+    restarted.schedule_restart(15)
     losses = restarted.run().losses()
     assert np.array_equal(plain, losses)
     event = restarted.record.events[0]
@@ -52,8 +53,8 @@ def test_a_fresh_adam_moves_every_weight_by_the_full_lr():
     by the LR, whatever its gradient's size. With the state loaded, most move far less."""
     moved = {}
     for skips in ((), ("optimizer",)):
-        trainer = Trainer(TrainConfig(steps=101, restart_at=100, resume_skips=skips,
-                                      progress=False))
+        trainer = Trainer(TrainConfig(steps=101, resume_skips=skips, progress=False))
+        trainer.schedule_restart(100)
         before = {}
 
         def grab(tr, info, before=before):
@@ -146,8 +147,10 @@ def test_bad_values_are_one_clear_line():
         faults.run_fault("resume_fresh_optimizer", at_step=0)
     with pytest.raises(NanlabError, match="resume_skips='weights' is not allowed"):
         TrainConfig(resume_skips=("weights",))
-    with pytest.raises(NanlabError, match="restart_warmup=-1"):
-        TrainConfig(restart_warmup=-1)
+    with pytest.raises(NanlabError, match="schedule_restart.step=0 is out of range"):
+        Trainer(TrainConfig(steps=5, progress=False)).schedule_restart(0)
+    with pytest.raises(NanlabError, match="restart_warmup=20, a fault switch of an older"):
+        TrainConfig.from_dict({**TrainConfig().to_dict(), "restart_warmup": 20})
     with pytest.raises(NanlabError, match="adam_unfreeze_spike.layer='' is not allowed"):
         faults.run_fault("adam_unfreeze_spike", layer="")
     with pytest.raises(NanlabError, match="layer='ffn' matches no parameter name of GPT"):

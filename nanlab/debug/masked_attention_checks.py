@@ -12,7 +12,7 @@ Asked before the generic batch check, which names the empty row as dirty data to
 from __future__ import annotations
 
 from nanlab.debug.checks import Case, Outcome, register_check
-from nanlab.faults.fixes import mask_problems
+from nanlab.faults.batch_check import mask_problems
 from nanlab.faults.masked_attention import padding_masks
 
 FORWARD_PASSES = ("forward",)  # where a softmax over padding makes its NaN

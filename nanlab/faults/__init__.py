@@ -12,7 +12,6 @@ One module per fault family registers its faults (and the fixes only it needs):
 - ``init_eps``:  a large init, a deep stack without norms, norm eps 0
 - ``optimizer_state``: a restart that forgets the optimizer or the schedule, a frozen layer
 - ``myths``:     dead ReLUs and sigmoid chains: they stall, they do not NaN
-- ``run``:       a fault on the built-in toy run, with or without fixes
 - ``grad_accum``: gradient accumulation loops written wrongly, and their two fixes
 - ``hardware``:  silent data corruption: one bit flipped once, and the guard's rerun
 - ``llm_data``:  LLM data faults (an id past the vocabulary, a junk shard) and their filter
@@ -21,6 +20,7 @@ One module per fault family registers its faults (and the fixes only it needs):
 Built on them:
 
 - ``run``:       a fault on the built-in toy run, with or without fixes
+- ``batch_check``: SOP step 1, what is wrong with a batch, read against the model's own range
 - ``fixes``:     the SOP's cures, each a config change or a callback
 - ``matrix``:    every fault against every fix, measured
 - ``mystery``:   runs whose fault is drawn from a seed and sealed, for learners to find
@@ -36,7 +36,8 @@ from nanlab.faults import dirty_data, learning_rate, precision, init_eps  # noqa
 from nanlab.faults import optimizer_state, myths, grad_accum, hardware, llm_data  # noqa: F401
 from nanlab.faults import masked_attention  # noqa: F401
 from nanlab.faults.catalogue import FAULTS, SIGNATURES, SOP_STEPS, Fault, Param, get_fault, register
-from nanlab.faults.fixes import FIXES, Fix, batch_problems, get_fix
+from nanlab.faults.batch_check import batch_problems
+from nanlab.faults.fixes import FIXES, Fix, get_fix
 from nanlab.faults.inject import Injection, inject
 from nanlab.faults.matrix import Matrix, fault_fix_matrix  # noqa: I001  (matrix runs faults)
 from nanlab.faults.run import FaultRun, build_fault_trainer, execute, fault_config, run_fault

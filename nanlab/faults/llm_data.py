@@ -31,8 +31,9 @@ import torch
 import torch.nn as nn
 
 from nanlab.errors import NanlabError
+from nanlab.faults.batch_check import label_range
 from nanlab.faults.catalogue import Fault, Param, needs_batch, register
-from nanlab.faults.fixes import FIXES, Fix, label_range
+from nanlab.faults.fixes import FIXES, Fix
 from nanlab.faults.levers import Injection
 from nanlab.toy.data import IGNORE_INDEX, step_generator
 from nanlab.train.batches import map_tensors, named_tensors, replace_tensor, tensor_paths
@@ -283,7 +284,7 @@ FIXES["quality_filter"] = Fix(
 def oov_ids(trainer: Trainer, batch) -> list[tuple[str, int, tuple, int]]:
     """(tensor name, id, its position, the embedding's num_embeddings) of the first id at
     or past an embedding in each id tensor of ``batch``, read from the model's
-    ``nn.Embedding`` modules (:func:`nanlab.faults.fixes.label_range`).
+    ``nn.Embedding`` modules (:func:`nanlab.faults.batch_check.label_range`).
 
     >>> from nanlab.train.config import TrainConfig
     >>> trainer = Trainer(TrainConfig(progress=False))

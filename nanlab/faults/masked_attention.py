@@ -14,7 +14,7 @@ row, and that ``torch.finfo(dtype).min`` as the fill gives a finite result. Two 
   leaves such a row finite (:data:`FIXES` ``finite_mask``);
 - ``empty_sequence``: an example with no token at all (an empty line of a corpus), so its
   key-padding mask hides every key of the row: broken data, which the batch check names
-  (:func:`nanlab.faults.fixes.mask_problems`) and ``validate_data`` skips.
+  (:func:`nanlab.faults.batch_check.mask_problems`) and ``validate_data`` skips.
 
 What this torch (2.13, CPU) and transformers (5.25) do, measured
 (tests/test_masked_attention.py): ``F.scaled_dot_product_attention`` returns 0 for a fully
@@ -130,7 +130,7 @@ def empty_row(batch: Any, row: int) -> Any:
 
 def _hidden_value(name: str, mask: torch.Tensor):
     """What hides a key in this mask's convention: Hugging Face's attention_mask 0,
-    PyTorch's bool True, an additive float mask -inf (nanlab.faults.fixes.mask_problems)."""
+    PyTorch's bool True, an additive float mask -inf (nanlab.faults.batch_check.mask_problems)."""
     if mask.is_floating_point():
         return float("-inf")
     if name.lower().endswith("attention_mask"):

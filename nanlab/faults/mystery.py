@@ -43,11 +43,11 @@ SLOW = ("deep_explosion", "sigmoid_chain")  # minutes on a CPU: not for a quick 
 # A one-off device fault cannot be replayed from a folder: the rebuilt run is a new
 # process whose simulated device flips the bit again (nanlab.faults.hardware).
 ONE_OFF = ("bit_flip",)
-# A run config field that spells out the bug itself (``resume_skips=("optimizer",)``, the
-# ``restart_at``): the manifest keeps the config in the clear, so a mystery of such a fault
-# would name it. Those faults stay out of the pool. (Most faults act through a lever on
-# the built run and leave the config clean: nanlab.faults.catalogue.Fault.on_toy.)
-NAMES_THE_BUG = ("resume_skips", "restart_at")
+# A run config field that spells out the bug itself (``resume_skips=("optimizer",)``):
+# the manifest keeps the config in the clear, so a mystery of such a fault would name it.
+# Those faults stay out of the pool. (Most faults act through a lever on the built run
+# and leave the config clean: nanlab.faults.catalogue.Fault.on_toy.)
+NAMES_THE_BUG = ("resume_skips",)
 
 
 def _config_names_the_bug(name: str) -> bool:
@@ -344,8 +344,7 @@ EXAM_LEFT_OUT = {
     "scaler_update_micro_batch": "it crashes with the GradScaler's own assertion at step "
                                  "0: the message names the scaler",
     "resume_fresh_optimizer": "its config holds resume_skips, which names the bug",
-    "resume_reset_schedule": "its config holds resume_skips and restart_at, which name "
-                             "the bug",
+    "resume_reset_schedule": "its config holds resume_skips, which names the bug",
     # issue 31's family came after Lab 15's exams were drawn and stored: a new family
     # changes every seed's draw (EXAM_FAMILIES), as a new fault in DRAW_ORDER would change
     # Lab 07's mysteries, so it is in neither

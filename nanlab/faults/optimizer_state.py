@@ -3,9 +3,11 @@ count, and to the LR schedule.
 
 Read from the per-layer grad-norm history and the LR curve (SOP steps 3 and 4).
 
-On the built-in run the two restarts are real ones (``TrainConfig.restart_at`` and
-``resume_skips``: a ``torch.save`` / ``torch.load`` round trip, a "restart" event that
-diagnose reads, the cures ``resume_full_state`` and ``rewarm_lr`` acting on those fields).
+On the built-in run the two restarts are real ones: the fault schedules a job restart on
+the built trainer (``Trainer.schedule_restart``: a ``torch.save`` / ``torch.load`` round
+trip, a "restart" event that diagnose reads), and ``TrainConfig.resume_skips`` says what
+the resume forgets; the cures ``resume_full_state`` (load everything) and ``rewarm_lr``
+(warm the LR up again after the restart) act on that run.
 On any other run the same state is forgotten at the step through levers, as the resume
 code that forgets it would leave it: the optimizer's state emptied (what a fresh AdamW
 holds), the scheduler put back as it was built. The freeze is a lever on every run:
@@ -92,7 +94,8 @@ register(Fault(
           "steadily or with noisy gradients (0.1-0.2 lr: no spike)",
     reveals="grad_norms", cure="resume_full_state", signature="spike",
     params={"at_step": RESTART_AT},
-    conditions=lambda p: {"restart_at": p["at_step"], "resume_skips": ("optimizer",)},
+    conditions=lambda p: {"resume_skips": ("optimizer",)},
+    on_toy=lambda inj, p: inj.trainer.schedule_restart(p["at_step"]),
     foreign=_fresh_optimizer,
 ))
 
@@ -111,7 +114,8 @@ register(Fault(
     reveals="lr", cure="resume_full_state", signature="spike",
     params={"at_step": Param(130, 1, 100_000,
                              help="the step before which the job is restarted")},
-    conditions=lambda p: {"restart_at": p["at_step"], "resume_skips": ("scheduler",)},
+    conditions=lambda p: {"resume_skips": ("scheduler",)},
+    on_toy=lambda inj, p: inj.trainer.schedule_restart(p["at_step"]),
     foreign=_reset_schedule,
 ))
 

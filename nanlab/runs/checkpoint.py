@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from nanlab.runs.atomic import atomic_torch_save
 from nanlab.errors import NanlabError
+from nanlab.runs.atomic import atomic_torch_save
 
 
 def atomic_save(obj, path: str | Path) -> None:

@@ -54,6 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nanlab.errors import NanlabError, StorageError
 from nanlab.runs.atomic import (
     atomic_write,
     open_append,
@@ -61,7 +62,6 @@ from nanlab.runs.atomic import (
     remove_stray_temp_files,
     storage_error,
 )
-from nanlab.errors import NanlabError, StorageError
 from nanlab.runs.runlock import RunLock
 
 STREAMS = ("steps", "layers", "events")

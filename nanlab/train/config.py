@@ -16,7 +16,7 @@ PRECISIONS = ("fp32", "fp16", "bf16", "fp16-pure")
 # Fault switches that older manifests hold, with their off value: each fault now acts
 # through a lever on the built run (nanlab.faults), recorded as the manifest's "fault".
 RETIRED = {"loss_impl": "torch", "accum_norm": "tokens", "scaler_update": "step",
-           "freeze": "", "freeze_until": 0}
+           "freeze": "", "freeze_until": 0, "restart_at": 0, "restart_warmup": 0}
 RETIRED_MODEL = {"softmax": "stable", "pos_offset": 0, "mlp_bias_init": 0.0,
                  "init_scale": 1.0, "norm_impl": "torch"}
 
@@ -74,21 +74,14 @@ class TrainConfig:
     pad_prob: float = 0.0
     z_loss: float = 0.0  # weight of the z-loss, z * log(Z)^2 (PaLM used 1e-4); 0 = off
     checkpoint_every: int = 50  # 0 = no checkpoints
-    # A job restart (a preemption) before step ``restart_at``: the run saves a checkpoint
-    # there and resumes from it (torch.save, then torch.load(weights_only=True)). The
-    # weights, the step, the data position and the RNG always load; ``resume_skips``
-    # names the state the resume code forgets, which then starts fresh as a new process
-    # builds it: "optimizer" (a new AdamW: m = v = 0, step 0) and / or "scheduler" (the
-    # LR schedule from step 0: warmup again, then the peak). 0 = no restart. What a
-    # resume loads is a real setting of large-run frameworks (Megatron-LM's
-    # --no-load-optim, "Do not load optimizer when loading checkpoint", in
-    # megatron/training/arguments.py, _add_checkpointing_args).
-    restart_at: int = 0
+    # What a job restart (a preemption, Trainer.restart) loads from its checkpoint: the
+    # weights, the step, the data position and the RNG always; ``resume_skips`` names the
+    # state the resume code forgets, which then starts fresh as a new process builds it:
+    # "optimizer" (a new AdamW: m = v = 0, step 0) and / or "scheduler" (the LR schedule
+    # from step 0: warmup again, then the peak). What a resume loads is a real setting of
+    # large-run frameworks (Megatron-LM's --no-load-optim, "Do not load optimizer when
+    # loading checkpoint", in megatron/training/arguments.py, _add_checkpointing_args).
     resume_skips: tuple = ()
-    # Warm the LR up again over this many steps after the restart (linear, from
-    # 1 / restart_warmup of the scheduled LR): what a resume with a fresh optimizer does
-    # when the old state cannot be loaded (a changed parameter set). 0 = off.
-    restart_warmup: int = 0
     # Gradient accumulation: each step's batch is cut into this many micro-batches, each
     # forward and backward on its own, one optimizer step on the summed gradients
     # (nanlab.train.accum). 1 = one pass over the whole batch.
@@ -109,8 +102,7 @@ class TrainConfig:
                               "(on for fp16 autocast), True or False")
         check_range("seed", self.seed, 0, 2**63 - 1, integer=True)  # torch.manual_seed's range
         for name, low in (("steps", 1), ("warmup_steps", 0), ("batch_size", 2),
-                          ("checkpoint_every", 0), ("record_every", 0), ("restart_at", 0),
-                          ("restart_warmup", 0), ("accum_steps", 1)):
+                          ("checkpoint_every", 0), ("record_every", 0), ("accum_steps", 1)):
             check_range(name, getattr(self, name), low, integer=True)
         if self.decay_steps is not None:
             check_range("decay_steps", self.decay_steps, 1, integer=True)

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import torch
 
-from nanlab.errors import NanlabError, check_choice
-from nanlab.optim.lr_lever import set_lr_factor
+from nanlab.errors import NanlabError, check_choice, check_range
 from nanlab.runs.checkpoint import safe_load
 from nanlab.train.config import RESUMABLE
 
@@ -170,40 +169,43 @@ class Resumable:
                               "with (its manifest.json)")
         self.load_state_dict(state)
 
-    def restart(self) -> dict:
-        """A job restart before this step (``TrainConfig.restart_at``): save a checkpoint
-        (``torch.save``), then resume from it as a new process would
-        (``torch.load(weights_only=True)``), leaving fresh what ``config.resume_skips``
-        names. A "restart" event records what the resumed state holds, measured on the
-        objects themselves: Adam's step count (0: a fresh optimizer), the schedule's step
-        and the LR; returns that event.
+    def schedule_restart(self, step: int) -> None:
+        """A job restart (a preemption) before ``step``: the run saves a checkpoint there
+        and resumes from it as a new process would (:meth:`restart`). A real run is
+        restarted by its cluster's scheduler; a fault (``resume_fresh_optimizer``) or a test
+        schedules one here, on the built run, not in its config.
 
-        >>> from nanlab.train.trainer import TrainConfig, Trainer
-        >>> trainer = Trainer(TrainConfig(steps=4, restart_at=2, resume_skips=("optimizer",),
-        ...                               progress=False))
+        >>> from nanlab.train import TrainConfig, Trainer
+        >>> trainer = Trainer(TrainConfig(steps=4, resume_skips=("optimizer",), progress=False))
+        >>> trainer.schedule_restart(2)
         >>> _ = trainer.run()
         >>> e = trainer.record.events[0]
         >>> e["kind"], e["step"], e["optimizer_steps"], e["schedule_step"]
         ('restart', 2, 0, 2)
         """
+        check_range("schedule_restart.step", step, 1, integer=True)
+        self.restart_steps.add(step)
+
+    def restart(self) -> dict:
+        """A job restart before this step: save a checkpoint (``torch.save``), then resume
+        from it as a new process would (``torch.load(weights_only=True)``), leaving fresh
+        what ``config.resume_skips`` names. A "restart" event records what the resumed
+        state holds, measured on the objects themselves: Adam's step count (0: a fresh
+        optimizer), the schedule's step and the LR; returns that event.
+
+        >>> from nanlab.train import TrainConfig, Trainer
+        >>> trainer = Trainer(TrainConfig(steps=4, progress=False))
+        >>> trainer.restart()["optimizer_steps"]  # nothing trained yet
+        0
+        """
         if self.step not in self.checkpoints.steps():
             self.save_checkpoint()
         skips = tuple(self.config.resume_skips)
         self.load_state_dict(self.checkpoints.load(self.step), skip=skips)
-        self._restarted = True
+        self.last_restart = self.step
         facts = {"checkpoint": self.step, "fresh": list(skips),
                  "optimizer_steps": optimizer_steps(self.optimizer),
                  "schedule_step": int(self.scheduler.last_epoch),
                  "lr": float(self.optimizer.param_groups[0]["lr"])}
         self.record.log_event("restart", self.step, **facts)
         return {"kind": "restart", "step": self.step, **facts}
-
-    def _rewarm(self) -> None:
-        """In the ``config.restart_warmup`` steps from ``config.restart_at`` on, this step's
-        LR is the scheduled one times (steps since the restart + 1) / restart_warmup: a
-        factor of the LR lever (:mod:`nanlab.optim.lr_lever`), so the schedule is left alone."""
-        c = self.config
-        since = self.step - c.restart_at
-        ramp = (since + 1) / c.restart_warmup \
-            if c.restart_at and c.restart_warmup and 0 <= since < c.restart_warmup else 1.0
-        set_lr_factor(self.optimizer, "restart_warmup", ramp)

@@ -239,7 +239,8 @@ class Trainer(Resumable):
         self.skip_batches: set[int] = set()  # batch indices never to train on
         self.stop_requested = False
         self.stop_reason = ""
-        self._restarted = False  # config.restart_at has happened
+        self.restart_steps: set[int] = set()  # a job restart before each (schedule_restart)
+        self.last_restart: int | None = None  # the step of the last restart
         self._terminated = False  # a SIGTERM arrived while running
         self.callbacks: dict[str, list[Callable]] = {e: [] for e in EVENTS}
         self.checkpoints = CheckpointStore(
@@ -400,7 +401,6 @@ class Trainer(Resumable):
         >>> info.row["batch"], trainer.step, trainer.data_position
         (3, 1, 4)
         """
-        self._rewarm()
         index = self.next_batch_index() if batch_index is None else batch_index
         info = StepInfo(step=self.step, batch_index=index,
                         batch=to_device(self.batches(index), self.device, self.input_dtype))
@@ -531,7 +531,7 @@ class Trainer(Resumable):
             while self.step < c.steps and not self.stop_requested:
                 if c.checkpoint_every and self.step % c.checkpoint_every == 0:
                     self.save_checkpoint()
-                if c.restart_at and self.step == c.restart_at and not self._restarted:
+                if self.step in self.restart_steps and self.last_restart != self.step:
                     self.restart()  # once: a rollback past it does not restart again
                 info = self.train_step()
                 bar.update(self.step - bar.n)  # may go back: a rollback rewinds the step

@@ -176,6 +176,16 @@ def judge_ship(got, sweep) -> str | None:
     points at the sweep's evidence against it (never the answer).
 
     ``sweep``: the lab's :class:`nanlab.debug.sensitivity.Sweep`.
+
+    >>> from nanlab.debug.sensitivity import Sweep
+    >>> ends = {"flat": [1.5, 1.0, 1.2], "steep": [2.5, 1.0, float("nan")]}
+    >>> sweep = Sweep(rows=[{"variant": v, "lr": lr, "final_loss": x, "initial_loss": 3.0}
+    ...                     for v, xs in ends.items()
+    ...                     for lr, x in zip([1e-3, 1e-2, 1e-1], xs, strict=True)])
+    >>> judge_ship({"recipe": "flat", "lr": 1e-2}, sweep) is None
+    True
+    >>> print(judge_ship({"recipe": "steep", "lr": 1e-2}, sweep))
+    steep's LR sensitivity is 1.167; another recipe's is lower by more than 0.05: ...
     """
     if not isinstance(got, dict) or set(got) != {"recipe", "lr"}:
         return f"return a dict with the keys 'recipe' and 'lr'; got {got!r}"[:300]

@@ -104,7 +104,12 @@ REPLAYS = ("near state, the window", "earlier state, the window", "near state, o
 
 def incident_runs() -> dict:
     """The two runs of section 7, built out of sight (on call, nobody tells you the cause):
-    {name: its Trainer after the run}. Checkpoints every 10 steps, fp32, as section 1's."""
+    {name: its Trainer after the run}. Checkpoints every 10 steps, fp32, as section 1's.
+
+    >>> runs = incident_runs()  # tens of seconds  # doctest: +SKIP
+    >>> {name: type(trainer).__name__ for name, trainer in runs.items()}  # doctest: +SKIP
+    {'run A': 'Trainer', 'run B': 'Trainer'}
+    """
     from nanlab.faults import run_fault
     from nanlab.train import TrainConfig, Trainer
 
@@ -136,6 +141,13 @@ def judge_remedies(got, incidents: dict) -> str | None:
     that names the incident and the evidence against the choice (never the answer).
 
     ``incidents``: {run: {replay: rise, "every loss finite": bool}}, as the lab prints it.
+
+    >>> state = {"near state, the window": 40.0, "earlier state, the window": 1.2,
+    ...          "near state, other batches": 60.0, "every loss finite": True}
+    >>> judge_remedies({"run A": "restart_lower_lr"}, {"run A": state}) is None
+    True
+    >>> print(judge_remedies({"run A": "restart_skip_batches"}, {"run A": state}))
+    run A: from its near state, batches it never saw spiked too (rise x60.0): ...
     """
     if not isinstance(got, dict) or set(got) != set(incidents):
         return (f"return a dict with one remedy for each of {sorted(incidents)}, like "

@@ -127,7 +127,12 @@ PEAK = 3.0
 
 def resumed_runs() -> dict:
     """The three resumed runs of section 7, built out of sight (the job log says only that
-    each restarted, and where): {run: FaultRun}."""
+    each restarted, and where): {run: FaultRun}.
+
+    >>> runs = resumed_runs()  # tens of seconds  # doctest: +SKIP
+    >>> list(runs), type(runs["resume P"]).__name__  # doctest: +SKIP
+    (['resume P', 'resume Q', 'resume R'], 'FaultRun')
+    """
     from nanlab.faults import run_fault
 
     return {"resume P": run_fault("resume_reset_schedule", at_step=140),
@@ -155,7 +160,15 @@ def key_lost(evidence: dict) -> str | None:
 
 def judge_lost(got, evidence_by_run: dict) -> str | None:
     """None when each run's answer is the state its evidence says was lost, else one line
-    naming the run and the evidence against the choice (never the answer)."""
+    naming the run and the evidence against the choice (never the answer).
+
+    >>> q = {"LR saved in the checkpoint": 8e-4, "LR after the restart": 8e-4,
+    ...      "peak / loss before": 11.0, "steps to the peak": 1}
+    >>> judge_lost({"resume Q": "adam_state"}, {"resume Q": q}) is None
+    True
+    >>> print(judge_lost({"resume Q": "lr_schedule"}, {"resume Q": q}))
+    resume Q: the resumed run's LR (8.00e-04) is the LR the checkpoint saved (8.00e-04): ...
+    """
     if not isinstance(got, dict) or set(got) != set(evidence_by_run):
         return (f"return a dict with one answer for each of {sorted(evidence_by_run)}; got "
                 f"{got!r}"[:300])

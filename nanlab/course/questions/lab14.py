@@ -202,7 +202,12 @@ UNEVEN = 10
 
 def incident_runs() -> dict:
     """The three runs of section 7, built out of sight, each with a fault at a step other
-    than its section's: {incident: FaultRun}."""
+    than its section's: {incident: FaultRun}.
+
+    >>> runs = incident_runs()  # tens of seconds  # doctest: +SKIP
+    >>> list(runs), type(runs["incident A"]).__name__  # doctest: +SKIP
+    (['incident A', 'incident B', 'incident C'], 'FaultRun')
+    """
     from nanlab.faults import run_fault
 
     return {"incident A": run_fault("accum_mean_of_means", at_step=140, steps=165),
@@ -231,7 +236,16 @@ def key_family(evidence: dict) -> str | None:
 
 def judge_families(got, incidents: dict) -> str | None:
     """None when each incident's family is the one its evidence points to, else one line
-    naming the incident and the evidence against the choice (never the answer)."""
+    naming the incident and the evidence against the choice (never the answer).
+
+    >>> flip = {"exact replay gives the same loss": False,
+    ...         "worst quarter's share of the loss": 0.31,
+    ...         "targets per micro-batch": [248, 248, 248, 248]}
+    >>> judge_families({"incident B": "hardware"}, {"incident B": flip}) is None
+    True
+    >>> print(judge_families({"incident B": "data"}, {"incident B": flip}))
+    incident B: the exact replay, the same state and batch, did not give the same loss: ...
+    """
     if not isinstance(got, dict) or set(got) != set(incidents):
         return (f"return a dict with one family for each of {sorted(incidents)}; got "
                 f"{got!r}"[:300])

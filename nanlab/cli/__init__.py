@@ -306,17 +306,15 @@ def cmd_run(args) -> int:
     {"outcome": "healthy", "exit_code": 0, ..., "steps_run": 20, ...}
     0
     """
+    from nanlab.cli.resume import resume_flags
     from nanlab.faults import fault_config, get_fix, run_fault
     from nanlab.train.trainer import TrainConfig
 
     changes = parse_config(args.config)
     params = parse_fault_params(args.fault, args.set)
     fixes = [get_fix(name).name for name in args.fix]
-    if args.overwrite and args.resume:
-        raise NanlabError("--overwrite and --resume are not allowed together; allowed: one")
-    if args.resume:
-        if args.out is None:
-            raise NanlabError("--resume needs --out, the folder of the run to resume")
+    resume_flags(args.overwrite, args.resume, args.allow_nonfinite, args.out)
+    if args.resume is not None:
         run, guard, asked = _resume(args, changes, params, fixes)
     else:
         asked = TrainConfig().replace(progress=not args.json, **changes)
@@ -346,8 +344,8 @@ def cmd_run(args) -> int:
 def _resume(args, changes: dict, params: dict, fixes: list[str]):
     """``--resume``: the run in --out rebuilt from its manifest (as ``load_run`` rebuilds
     it for a replay), the flags given checked against it, then continued from its newest
-    checkpoint. Returns the run, its guard and the config it ran with."""
-    from nanlab.cli.resume import resume_config, stored_run
+    checkpoint or STEP's (:func:`start_step`). Returns the run, its guard, its config."""
+    from nanlab.cli.resume import resume_config, start_step, stored_run
     from nanlab.faults import build_fault_trainer, execute, get_fix
     from nanlab.guard import Guard
 
@@ -357,6 +355,7 @@ def _resume(args, changes: dict, params: dict, fixes: list[str]):
     except NanlabError:
         _remove_empty(made)  # --out named no run: leave no folder behind
         raise
+    stored.newest = start_step(out, stored, args.resume, args.allow_nonfinite)
     given_guard = _make_guard(args, stored.config) if (
         args.guard or args.spike or args.rerun or args.max_rollbacks is not None) else None
     config = resume_config(out, stored, changes, args.fault, params,
@@ -378,7 +377,7 @@ def _resume(args, changes: dict, params: dict, fixes: list[str]):
         guard.attach(trainer)
 
     def resume(tr, info):  # what Trainer.run(resume_from=newest) does first
-        tr.restore(stored.newest)
+        tr.restore(stored.newest, allow_nonfinite=args.allow_nonfinite)
         tr.record.log_event("resume", tr.step, source=str(tr.checkpoints.path(stored.newest)),
                             dropped=tr.record.resume(tr.step))
     trainer.add_callback("on_run_start", resume)
@@ -417,9 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--overwrite", action="store_true",
                      help="--out holds a run: replace it (moved aside, deleted once the new "
                           "run has started)")
-    run.add_argument("--resume", action="store_true",
-                     help="--out holds a run: resume it from its newest checkpoint, with its "
-                          "stored settings (a different one is refused; --steps extends it)")
+    run.add_argument("--resume", nargs="?", const=-1, type=_int_arg("resume", 0),
+                     metavar="STEP", help="--out holds a run: resume it from its newest "
+                     "checkpoint (or STEP's), stored settings; one with NaN/inf is refused")
+    run.add_argument("--allow-nonfinite", action="store_true",
+                     help="--resume from a checkpoint even if it holds NaN/inf")
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument("--fault", default=None, help="inject a fault (see: nanlab faults)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

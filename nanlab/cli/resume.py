@@ -25,6 +25,7 @@ from nanlab.errors import NanlabError
 from nanlab.runs.checkpoint import CheckpointStore
 from nanlab.runs.record import FOREIGN, read_manifest
 from nanlab.train.config import TrainConfig
+from nanlab.train.resume import refuse_nonfinite
 
 ALLOWED = "the stored values (or leave them out), --steps N to extend the run, or a new --out"
 
@@ -82,6 +83,43 @@ def stored_run(out: Path) -> StoredRun:
     params = fault.get("params") or {}
     return StoredRun(config, fault.get("name"), params if isinstance(params, dict) else {},
                      fixes, guard, steps[-1], manifest.get("started"))
+
+
+def resume_flags(overwrite: bool, resume, allow_nonfinite: bool, out) -> None:
+    """Refuse, in one line, the resume flags that do not go together.
+
+    >>> resume_flags(False, None, True, "runs/r")
+    Traceback (most recent call last):
+    nanlab.errors.NanlabError: --allow-nonfinite is not allowed without --resume; ...
+    """
+    if overwrite and resume is not None:
+        raise NanlabError("--overwrite and --resume are not allowed together; allowed: one")
+    if allow_nonfinite and resume is None:
+        raise NanlabError("--allow-nonfinite is not allowed without --resume; allowed: "
+                          "--resume [STEP] --allow-nonfinite")
+    if resume is not None and out is None:
+        raise NanlabError("--resume needs --out, the folder of the run to resume")
+
+
+def start_step(out: Path, run: StoredRun, asked: int = -1, allow_nonfinite: bool = False) -> int:
+    """The checkpoint a resume starts from: the newest (``--resume``, ``asked`` -1) or the
+    step asked (``--resume STEP``). One whose weights or optimizer state hold NaN or inf is
+    refused in one line naming the tensors and the newest finite checkpoint before it,
+    unless ``allow_nonfinite`` (``--allow-nonfinite``): a resume from it trains on NaN.
+
+    >>> start_step(Path("r"), StoredRun(TrainConfig(), None, {}, [], None, 50), 70)
+    Traceback (most recent call last):
+    nanlab.errors.NanlabError: --resume 70: 'r' has no checkpoint of step 70; allowed: ...
+    """
+    store = CheckpointStore(out / "checkpoints")
+    step = run.newest if asked < 0 else asked
+    if step not in store.steps():
+        raise NanlabError(f"--resume {step}: {str(out)!r} has no checkpoint of step {step}; "
+                          f"allowed: one of its checkpoint steps {store.steps() or 'none'}")
+    if not allow_nonfinite:
+        refuse_nonfinite(store.load(step), f"--resume: {store.path(step)}", store, step,
+                         override="--allow-nonfinite", step_as="--resume {}")
+    return step
 
 
 def _same(value):
@@ -179,4 +217,5 @@ def resume_config(out: Path, run: StoredRun, changes: dict, fault: str | None, p
     return config.replace(steps=steps)
 
 
-__all__ = ["StoredRun", "differences", "resume_config", "stored_run"]
+__all__ = ["StoredRun", "differences", "resume_config", "resume_flags", "start_step",
+           "stored_run"]

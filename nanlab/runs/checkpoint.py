@@ -13,6 +13,12 @@ the folder not named like the store's own (``ckpt_final.pt``) is not one of its 
 Without a folder, checkpoints are kept in memory as the bytes ``torch.save`` writes,
 so the notebook path and the disk path share one format.
 
+``keep`` bounds how many are kept (the newest k, as Hugging Face's ``save_total_limit``),
+but never at the cost of the last good state: the newest checkpoint whose weights and
+optimizer state are all finite is kept in addition (:meth:`CheckpointStore.rotate`). A
+run that trains on NaN for longer than k checkpoints would otherwise rotate every
+healthy checkpoint away, and a resume could only reload NaN.
+
 >>> store = CheckpointStore()          # in memory
 >>> store.save(0, {"x": torch.ones(2)})
 >>> store.load(0)["x"]
@@ -137,6 +143,22 @@ def nonfinite_tensors(state, prefix: str = "") -> list[str]:
     return found
 
 
+STATE_PARTS = ("model", "optimizer", "scheduler", "scaler")  # what a resume loads
+
+
+def nonfinite_state(state) -> list[str]:
+    """:func:`nonfinite_tensors` of what a resume loads from a trainer's checkpoint: the
+    weights, the optimizer state (and the schedule and GradScaler), not the RNG state.
+    A dict without those parts is checked whole.
+
+    >>> nonfinite_state({"model": {"w": torch.tensor([1.0, float("nan")])}, "step": 3})
+    ['model.w: 0 inf, 1 NaN of 2']
+    """
+    if isinstance(state, dict) and any(k in state for k in STATE_PARTS):
+        state = {k: state[k] for k in STATE_PARTS if k in state}
+    return nonfinite_tensors(state)
+
+
 CHECKPOINT_NAME = re.compile(r"ckpt_(\d{6,})\.pt")
 
 
@@ -144,7 +166,9 @@ class CheckpointStore:
     """Checkpoints by step number, in a folder or in memory.
 
     ``directory=None`` keeps them in memory (as bytes); a folder holds
-    ``ckpt_000050.pt``-style files written with :func:`atomic_save`.
+    ``ckpt_000050.pt``-style files written with :func:`atomic_save`. ``keep=0`` keeps every
+    checkpoint; ``keep=k`` the newest k after each save, plus the newest finite one
+    (:meth:`rotate`).
 
     >>> store = CheckpointStore()                  # or CheckpointStore("runs/x/checkpoints")
     >>> store.save(0, {"step": 0}); store.save(50, {"step": 50})
@@ -154,9 +178,12 @@ class CheckpointStore:
     50
     """
 
-    def __init__(self, directory: str | Path | None = None):
+    def __init__(self, directory: str | Path | None = None, keep: int = 0):
         self.directory = Path(directory) if directory is not None else None
         self._memory: dict[int, bytes] = {}
+        self.keep = keep
+        self._finite: dict[int, bool] = {}  # step -> all finite (known from the save or a load)
+        self.kept_finite: int | None = None  # the last rotation kept this step beyond keep
 
     def path(self, step: int) -> Path:
         if self.directory is None:
@@ -164,12 +191,77 @@ class CheckpointStore:
         return self.directory / f"ckpt_{step:06d}.pt"
 
     def save(self, step: int, state: dict) -> None:
+        """Write the checkpoint of ``step`` (whole or not at all), then :meth:`rotate`."""
+        self._finite.pop(step, None)  # a new state at this step (a rollback saves again)
+        finite = not nonfinite_state(state) if self.keep else None  # from the state in hand
         if self.directory is None:
             buf = io.BytesIO()
             torch.save(state, buf)
             self._memory[step] = buf.getvalue()
         else:
             atomic_save(state, self.path(step))
+        if self.keep:
+            self._finite[step] = finite
+            self.rotate()
+
+    def is_finite(self, step: int) -> bool:
+        """Whether every tensor a resume loads from ``step`` is finite (loaded once, cached).
+
+        >>> store = CheckpointStore()
+        >>> store.save(0, {"model": {"w": torch.ones(1)}})
+        >>> store.save(5, {"model": {"w": torch.tensor([float("inf")])}})
+        >>> store.is_finite(0), store.is_finite(5)
+        (True, False)
+        """
+        if step not in self._finite:
+            self._finite[step] = not nonfinite_state(self.load(step))
+        return self._finite[step]
+
+    def newest_finite(self, before: int | None = None) -> int | None:
+        """The newest step (below ``before``, if given) whose checkpoint is all finite, or
+        None: where a resume can go back to after a run went NaN.
+
+        >>> store = CheckpointStore()
+        >>> store.save(0, {"model": {"w": torch.ones(1)}})
+        >>> store.save(5, {"model": {"w": torch.tensor([float("nan")])}})
+        >>> store.newest_finite(), store.newest_finite(before=0)
+        (0, None)
+        """
+        earlier = [s for s in self.steps() if before is None or s < before]
+        return next((s for s in reversed(earlier) if self.is_finite(s)), None)
+
+    def rotate(self) -> list[int]:
+        """Delete all but the newest ``keep`` checkpoints, never the newest finite one.
+
+        The newest finite checkpoint is found before anything is deleted and is never a
+        candidate, and each delete is one ``os.unlink`` (atomic): a crash mid-rotation
+        leaves more checkpoints, never fewer finite ones. ``kept_finite`` names the step
+        kept beyond ``keep`` for being the last finite one (None if the newest ``keep``
+        hold one). Returns the deleted steps. Hugging Face's Trainer keeps its best
+        checkpoint beyond ``save_total_limit`` the same way (``_sorted_checkpoints``).
+
+        >>> store = CheckpointStore(keep=1)
+        >>> store.save(0, {"model": {"w": torch.ones(1)}})
+        >>> for step in (5, 10):
+        ...     store.save(step, {"model": {"w": torch.tensor([float("nan")])}})
+        >>> store.steps(), store.kept_finite
+        ([0, 10], 0)
+        """
+        steps = self.steps()
+        if not self.keep or len(steps) <= self.keep:
+            self.kept_finite = None
+            return []
+        newest = steps[-self.keep:]
+        good = self.newest_finite()
+        self.kept_finite = good if good is not None and good not in newest else None
+        doomed = [s for s in steps if s not in newest and s != good]
+        for step in doomed:  # oldest first
+            if self.directory is None:
+                del self._memory[step]
+            else:
+                self.path(step).unlink(missing_ok=True)
+            self._finite.pop(step, None)
+        return doomed
 
     def steps(self) -> list[int]:
         if self.directory is None:

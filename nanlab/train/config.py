@@ -74,6 +74,13 @@ class TrainConfig:
     pad_prob: float = 0.0
     z_loss: float = 0.0  # weight of the z-loss, z * log(Z)^2 (PaLM used 1e-4); 0 = off
     checkpoint_every: int = 50  # 0 = no checkpoints
+    # Checkpoints kept: 0 = all; k = the newest k, plus the newest one whose weights and
+    # optimizer state are all finite, kept beyond k (CheckpointStore.rotate) so a run that
+    # trains on NaN for k checkpoints cannot rotate its last good state away. The same
+    # bound as Hugging Face's save_total_limit (transformers/trainer.py, _rotate_checkpoints,
+    # which keeps the best model's checkpoint beyond it) and Lightning's
+    # ModelCheckpoint(save_top_k=).
+    keep_checkpoints: int = 0
     # What a job restart (a preemption, Trainer.restart) loads from its checkpoint: the
     # weights, the step, the data position and the RNG always; ``resume_skips`` names the
     # state the resume code forgets, which then starts fresh as a new process builds it:
@@ -102,7 +109,8 @@ class TrainConfig:
                               "(on for fp16 autocast), True or False")
         check_range("seed", self.seed, 0, 2**63 - 1, integer=True)  # torch.manual_seed's range
         for name, low in (("steps", 1), ("warmup_steps", 0), ("batch_size", 2),
-                          ("checkpoint_every", 0), ("record_every", 0), ("accum_steps", 1)):
+                          ("checkpoint_every", 0), ("keep_checkpoints", 0), ("record_every", 0),
+                          ("accum_steps", 1)):
             check_range(name, getattr(self, name), low, integer=True)
         if self.decay_steps is not None:
             check_range("decay_steps", self.decay_steps, 1, integer=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from nanlab.errors import NanlabError, check_choice, check_range
-from nanlab.runs.checkpoint import safe_load
+from nanlab.runs.checkpoint import CHECKPOINT_NAME, CheckpointStore, nonfinite_state, safe_load
 from nanlab.train.config import RESUMABLE
 
 
@@ -82,6 +82,36 @@ def misfit(expected: dict, state) -> str | None:
     return "; ".join(found) or None
 
 
+def _store_of(path: Path) -> CheckpointStore | None:
+    """The store a checkpoint file belongs to (a ``ckpt_000050.pt`` in a folder), or None."""
+    return CheckpointStore(path.parent) if CHECKPOINT_NAME.fullmatch(path.name) else None
+
+
+def refuse_nonfinite(state: dict, where: str, store: CheckpointStore | None = None,
+                     step: int | None = None, override: str = "allow_nonfinite=True",
+                     step_as: str = "step {}") -> None:
+    """Raise one NanlabError line if ``state`` holds a non-finite weight or optimizer
+    tensor: which tensors, the checkpoint, and what is allowed instead: the newest finite
+    checkpoint of ``store`` before ``step`` (named by ``step_as``), or ``override``. A
+    resume from such a state trains on NaN from its first step.
+
+    >>> refuse_nonfinite({"model": {"w": torch.ones(2)}}, "checkpoint 5")   # finite: nothing
+    >>> refuse_nonfinite({"model": {"w": torch.tensor([float("nan")])}}, "checkpoint 5")
+    Traceback (most recent call last):
+    nanlab.errors.NanlabError: checkpoint 5: holds non-finite state (model.w: 0 inf, 1 NaN ...
+    """
+    bad = nonfinite_state(state)
+    if not bad:
+        return
+    more = f"; {len(bad) - 2} more tensors" if len(bad) > 2 else ""
+    good = store.newest_finite(before=step) if store is not None else None
+    earlier = (f"the newest finite checkpoint, {step_as.format(good)}" if good is not None
+               else "an earlier finite checkpoint (this run has none)")
+    raise NanlabError(f"{where}: holds non-finite state ({'; '.join(bad[:2])}{more}); a resume "
+                      f"from it trains on NaN; allowed: {earlier}, or {override} to load it "
+                      "anyway")
+
+
 class Resumable:
     """The checkpoint half of :class:`nanlab.train.Trainer` (a mixin: it uses the trainer's
     model, optimizer, scheduler, scaler, checkpoints and record).
@@ -136,14 +166,25 @@ class Resumable:
         fsynced first: once the checkpoint has landed, a crash cannot lose rows it covers
         (a resume from it would keep a history with a hole in it)."""
         self.record.flush()
+        kept = self.checkpoints.kept_finite
         self.checkpoints.save(self.step, self.state_dict())
+        if self.checkpoints.kept_finite not in (None, kept):  # rotation spared a good state
+            self.record.log_event(
+                "checkpoint_kept", self.step, checkpoint=self.checkpoints.kept_finite,
+                keep=self.checkpoints.keep, reason="the newest checkpoint whose weights and "
+                "optimizer state are all finite, kept beyond keep_checkpoints")
         self.record.started()  # an overwritten run, moved aside, can go now
         self.trigger_callbacks("on_checkpoint")
 
-    def restore(self, source: int | str | Path) -> None:
+    def restore(self, source: int | str | Path, allow_nonfinite: bool = False) -> None:
         """Load a checkpoint: a step number of this run's store, or a checkpoint file.
         One that does not fit this trainer (another model shape, not a trainer's
         checkpoint) is one NanlabError line naming it; nothing is half loaded.
+
+        One whose weights or optimizer state hold NaN or inf is refused too, naming the
+        tensors and the newest finite checkpoint before it: resuming from it trains on NaN
+        (:func:`refuse_nonfinite`). ``allow_nonfinite=True`` loads it anyway, for a replay
+        that means to show the bad state.
 
         >>> from nanlab.train.trainer import TrainConfig, Trainer
         >>> small = Trainer(TrainConfig(steps=1, checkpoint_every=1, progress=False))
@@ -167,6 +208,10 @@ class Resumable:
             raise NanlabError(f"{where}: does not fit this model: {problem}; allowed: a "
                               "checkpoint of this run, restored with the config it was trained "
                               "with (its manifest.json)")
+        if not allow_nonfinite:
+            store = self.checkpoints if isinstance(source, int) else _store_of(Path(source))
+            step = source if isinstance(source, int) else int(state.get("step", 0))
+            refuse_nonfinite(state, where, store, step)
         self.load_state_dict(state)
 
     def schedule_restart(self, step: int) -> None:

@@ -244,7 +244,8 @@ class Trainer(Resumable):
         self._terminated = False  # a SIGTERM arrived while running
         self.callbacks: dict[str, list[Callable]] = {e: [] for e in EVENTS}
         self.checkpoints = CheckpointStore(
-            Path(config.out_dir) / "checkpoints" if config.out_dir else None)
+            Path(config.out_dir) / "checkpoints" if config.out_dir else None,
+            keep=config.keep_checkpoints)
         self.record = RunRecord(config.out_dir, manifest=self._manifest())
         # leaf modules: the rows of the per-layer statistics
         self._layer_modules = [(n, m) for n, m in self.model.named_modules()
@@ -479,12 +480,14 @@ class Trainer(Resumable):
                 for (name, has_params, has_act), (gn, mean, std, ratio, act)
                 in zip(names, values, strict=True)]
 
-    def run(self, resume_from: int | str | Path | None = None) -> RunRecord:
+    def run(self, resume_from: int | str | Path | None = None,
+            allow_nonfinite: bool = False) -> RunRecord:
         """Train until ``config.steps`` (or a stop request) and return the run record.
 
         ``resume_from`` (a checkpoint step or file) continues the run: the record, in memory
         and in ``out_dir``, keeps the rows before that step and drops the rest, which run
-        again (:meth:`RunRecord.resume`): one history, each step once. A new run (no
+        again (:meth:`RunRecord.resume`): one history, each step once; a checkpoint holding
+        NaN or inf is refused unless ``allow_nonfinite=True`` (:meth:`restore`). A new run (no
         ``resume_from``) into an ``out_dir`` holding a run is refused before anything is
         written, unless ``Trainer(..., overwrite=True)`` (:meth:`RunRecord.claim`). While it
         runs, the trainer holds ``out_dir``'s lock: a second writer is refused in one line.
@@ -504,7 +507,7 @@ class Trainer(Resumable):
         self.record.hold()  # one writer per run folder
         try:
             with _sigterm_stops(self):
-                self._run(resume_from)
+                self._run(resume_from, allow_nonfinite)
         finally:
             self.record.abandon()  # an overwrite that never started: the old run goes back
             self.record.release()
@@ -513,11 +516,11 @@ class Trainer(Resumable):
                              "resume it from its newest checkpoint")
         return self.record
 
-    def _run(self, resume_from) -> None:
+    def _run(self, resume_from, allow_nonfinite: bool = False) -> None:
         c = self.config
         self._terminated = False
         if resume_from is not None:
-            self.restore(resume_from)
+            self.restore(resume_from, allow_nonfinite=allow_nonfinite)
             self.record.log_event("resume", self.step, source=str(resume_from),
                                   dropped=self.record.resume(self.step))
         self.trigger_callbacks("on_run_start")

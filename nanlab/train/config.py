@@ -76,10 +76,10 @@ class TrainConfig:
     checkpoint_every: int = 50  # 0 = no checkpoints
     # Checkpoints kept: 0 = all; k = the newest k, plus the newest one whose weights and
     # optimizer state are all finite, kept beyond k (CheckpointStore.rotate) so a run that
-    # trains on NaN for k checkpoints cannot rotate its last good state away. The same
-    # bound as Hugging Face's save_total_limit (transformers/trainer.py, _rotate_checkpoints,
-    # which keeps the best model's checkpoint beyond it) and Lightning's
-    # ModelCheckpoint(save_top_k=).
+    # trains on NaN for k checkpoints cannot rotate its last good state away. Hugging
+    # Face's save_total_limit bounds checkpoints the same way (src/transformers/trainer.py,
+    # _rotate_checkpoints / _sorted_checkpoints: the best model's checkpoint is kept beyond
+    # it, PR #11748), Lightning's ModelCheckpoint(save_top_k=k) by the best k of a metric.
     keep_checkpoints: int = 0
     # What a job restart (a preemption, Trainer.restart) loads from its checkpoint: the
     # weights, the step, the data position and the RNG always; ``resume_skips`` names the

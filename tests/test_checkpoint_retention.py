@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from nanlab import cli
+from nanlab.debug.runs import load_run
 from nanlab.errors import NanlabError
 from nanlab.faults import run_fault
 from nanlab.runs.checkpoint import CheckpointStore, nonfinite_state
@@ -128,8 +129,14 @@ def test_resume_refuses_a_nan_checkpoint_in_one_line_and_loads_it_when_told(tmp_
         Trainer(config).run(resume_from=out / "checkpoints" / "ckpt_000027.pt")
     one_line(e.value, "ckpt_000027.pt", f"step {NAN_AT}")
     trainer = Trainer(config)
+    with pytest.raises(NanlabError) as e:
+        trainer.restore(STEPS)
+    one_line(e.value, "ckpt_000030.pt", f"step {NAN_AT}")
     trainer.restore(NAN_AT)  # the finite one loads as before
     assert trainer.step == NAN_AT
+    replay = load_run(out).trainer  # a replay of the recorded run may show its NaN state
+    replay.restore(STEPS)
+    assert nonfinite_state(replay.state_dict())
     told = Trainer(config)
     told.run(resume_from=STEPS - EVERY, allow_nonfinite=True)
     assert any(e["kind"] == "resume" and e["step"] == STEPS - EVERY for e in told.record.events)

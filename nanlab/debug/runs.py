@@ -73,6 +73,7 @@ def load_run(directory: str | Path) -> faults_mod.FaultRun:
                           f"{str(e)[:120]!r}); {FOREIGN}") from None  # !r: one line
     trainer.record = record
     trainer.checkpoints = checkpoints
+    trainer.allow_nonfinite = True  # a replay restores the run's NaN states on purpose
     error = next((e for e in trainer.record.events if e["kind"] == "error"), None)
     if error is not None and not (isinstance(error.get("step"), int)
                                   and error["step"] <= len(rows)):

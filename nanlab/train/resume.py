@@ -103,7 +103,7 @@ def refuse_nonfinite(state: dict, where: str, store: CheckpointStore | None = No
     bad = nonfinite_state(state)
     if not bad:
         return
-    more = f"; {len(bad) - 2} more tensors" if len(bad) > 2 else ""
+    more = f"; {len(bad) - 2} more tensor{'s' if len(bad) > 3 else ''}" if len(bad) > 2 else ""
     good = store.newest_finite(before=step) if store is not None else None
     earlier = (f"the newest finite checkpoint, {step_as.format(good)}" if good is not None
                else "an earlier finite checkpoint (this run has none)")
@@ -121,6 +121,11 @@ class Resumable:
     >>> sorted(trainer.state_dict())[:4]
     ['data_position', 'lr_scale', 'model', 'optimizer']
     """
+
+    # What restore() does with a checkpoint holding NaN/inf when not told: refuse it. A
+    # trainer rebuilt to replay a recorded run (nanlab.debug.load_run) sets True: its
+    # replays load the bad states on purpose, to show them.
+    allow_nonfinite: bool = False
 
     def state_dict(self) -> dict:
         """Everything needed to continue bit for bit: weights, optimizer, schedule, RNG."""
@@ -176,7 +181,7 @@ class Resumable:
         self.record.started()  # an overwritten run, moved aside, can go now
         self.trigger_callbacks("on_checkpoint")
 
-    def restore(self, source: int | str | Path, allow_nonfinite: bool = False) -> None:
+    def restore(self, source: int | str | Path, allow_nonfinite: bool | None = None) -> None:
         """Load a checkpoint: a step number of this run's store, or a checkpoint file.
         One that does not fit this trainer (another model shape, not a trainer's
         checkpoint) is one NanlabError line naming it; nothing is half loaded.
@@ -184,7 +189,7 @@ class Resumable:
         One whose weights or optimizer state hold NaN or inf is refused too, naming the
         tensors and the newest finite checkpoint before it: resuming from it trains on NaN
         (:func:`refuse_nonfinite`). ``allow_nonfinite=True`` loads it anyway, for a replay
-        that means to show the bad state.
+        that means to show the bad state; None: the trainer's own ``allow_nonfinite``.
 
         >>> from nanlab.train.trainer import TrainConfig, Trainer
         >>> small = Trainer(TrainConfig(steps=1, checkpoint_every=1, progress=False))
@@ -208,7 +213,7 @@ class Resumable:
             raise NanlabError(f"{where}: does not fit this model: {problem}; allowed: a "
                               "checkpoint of this run, restored with the config it was trained "
                               "with (its manifest.json)")
-        if not allow_nonfinite:
+        if not (self.allow_nonfinite if allow_nonfinite is None else allow_nonfinite):
             store = self.checkpoints if isinstance(source, int) else _store_of(Path(source))
             step = source if isinstance(source, int) else int(state.get("step", 0))
             refuse_nonfinite(state, where, store, step)

@@ -40,13 +40,9 @@ def test_diagnose_names_the_cause_of_every_builtin_fault(name):
     report = d.report()
     assert "root cause" in report and fault.family in report
     json.dumps(d.to_dict())  # data, JSON-safe
-
-
-def test_amp_off_hides_a_high_lr_but_does_not_fool_diagnose():
-    d = diagnose(shared_run("high_lr", checkpoint_every=10, stop_when_poisoned=True))
-    amp = next(f for f in d.findings if f.step == "amp")
-    assert amp.verdict == "ruled out" and "only made the problem loud" in amp.text
-    assert d.cause == "learning_rate"
+    if name == "high_lr":  # AMP off hides a high LR (fp16 overflows first) but fools no one
+        amp = next(f for f in d.findings if f.step == "amp")
+        assert amp.verdict == "ruled out" and "only made the problem loud" in amp.text
 
 
 def test_a_healthy_run_has_nothing_to_fix():

@@ -196,10 +196,12 @@ def test_the_hidden_incidents_show_their_mechanism_on_this_cpu():
                               replay(near, range(1000, 1000 + len(window))))}
         assert np.isfinite(losses).all()
     a, b = evidence["run A"], evidence["run B"]
-    assert a["near state, the window"] > 10 and a["near state, other batches"] > 10
+    # the state spikes on batches it never saw (x160 on AVX-512 kernels, x3.3 on AVX2)
+    assert a["near state, the window"] > 10 and a["near state, other batches"] > lab12.CALM
     assert b["near state, the window"] > 3 > 2 > b["near state, other batches"]
     assert b["earlier state, the window"] < 2
-    assert {run: lab12.key_remedy(ev) for run, ev in evidence.items()} == REMEDY_KEY
+    assert all(REMEDY_KEY[run] in lab12.accepted(ev) for run, ev in evidence.items())
+    assert lab12.accepted(b) == {"restart_skip_batches"}
 
 
 # --- Lab 13: which state did each resume lose -----------------------------------------------

@@ -37,7 +37,6 @@ and the model's score module swapped for one that fills with -inf (:class:`InfMa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
@@ -191,33 +190,9 @@ def swap_scores(model: nn.Module, make) -> int:
     return len(found)
 
 
-def with_attention_mask(loss_fn, model: nn.Module, batch) -> torch.Tensor:
-    """``loss_fn(model, batch)`` with the batch's ``attention_mask`` passed to the model's
-    forward (a forward pre-hook for the length of the call): the toy's ``lm_loss`` calls
-    ``model(tokens, features)``; a padding pipeline passes the mask too.
-
-    >>> from nanlab.toy.data import CountingTask
-    >>> from nanlab.toy.model import GPT, GPTConfig
-    >>> from nanlab.train.objective import lm_loss
-    >>> loss = with_attention_mask(lm_loss, GPT(GPTConfig()), left_pad(CountingTask()(0), 0, 4))
-    >>> bool(loss.isfinite())
-    True
-    """
-    mask = getattr(batch, "attention_mask", None)
-    if mask is None:
-        return loss_fn(model, batch)
-    handle = model.register_forward_pre_hook(
-        lambda module, args, kwargs: (args, {**kwargs, "attention_mask": mask}),
-        with_kwargs=True)
-    try:
-        return loss_fn(model, batch)
-    finally:
-        handle.remove()
-
-
 def _padding_pipeline(inj: Injection, pad_from: int | None, max_pad: int) -> None:
     """The toy run's batches carry an attention mask (left-padded from step ``pad_from``;
-    None: never), its loss passes the mask on, and its scores fill padding with -inf."""
+    None: never; the loss passes it to the model) and its scores fill padding with -inf."""
     source = inj.source
 
     def padded(i: int):
@@ -225,7 +200,6 @@ def _padding_pipeline(inj: Injection, pad_from: int | None, max_pad: int) -> Non
         return left_pad(batch, i, max_pad) if pad_from is not None and i >= pad_from \
             else with_mask(batch)
     inj.source = padded
-    inj.trainer.loss_fn = partial(with_attention_mask, inj.trainer.loss_fn)
     swap_scores(inj.model, InfMaskScores)
 
 
@@ -325,4 +299,4 @@ FIXES["finite_mask"] = Fix(
 
 
 __all__ = ["InfMaskScores", "PAD_ID", "PaddedBatch", "empty_row", "left_pad", "padding_masks",
-           "swap_scores", "with_attention_mask", "with_mask"]
+           "swap_scores", "with_mask"]

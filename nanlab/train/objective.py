@@ -21,7 +21,8 @@ from nanlab.train.config import TrainConfig
 
 def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, vocab_partitions: int = 1,
             cross_entropy: Callable | None = None) -> torch.Tensor:
-    """Next-token cross-entropy, averaged over the targets that are not masked.
+    """Next-token cross-entropy, averaged over the targets that are not masked. A batch
+    with an ``attention_mask`` (a padded one) passes it to the model.
 
     A batch whose targets are all masked has nothing to average over: the mean is
     0 / 0 = NaN, exactly as in PyTorch's own ``ignore_index`` handling.
@@ -48,7 +49,9 @@ def lm_loss(model: nn.Module, batch, z_loss: float = 0.0, vocab_partitions: int 
         raise NanlabError(f"the default loss (nanlab.train.objective.lm_loss) reads the toy task's "
                           f"batch (.tokens, .features, .targets); got {type(batch).__name__}; "
                           "for your own batches pass Trainer(loss_fn=lambda model, batch: ...)")
-    logits = model(batch.tokens, batch.features).flatten(0, 1)  # (B*T, V)
+    mask = getattr(batch, "attention_mask", None)  # a padded batch: 1 = token, 0 = padding
+    logits = (model(batch.tokens, batch.features) if mask is None else
+              model(batch.tokens, batch.features, attention_mask=mask)).flatten(0, 1)  # (B*T, V)
     targets = batch.targets.flatten()
     if cross_entropy is not None:
         loss = cross_entropy(logits, targets)

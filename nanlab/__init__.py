@@ -33,11 +33,13 @@ below it (``tests/test_layout.py``), so the path of a file says where it stands:
   cures, the fault x fix matrix, mystery runs, the spike rules' corpus (``catalogue``,
   ``levers``, ``inject``, ``dirty_data``, ``learning_rate``, ``precision``, ``init_eps``,
   ``optimizer_state``, ``myths``, ``grad_accum``, ``hardware``, ``llm_data``,
-  ``masked_attention``, ``run``, ``batch_check``, ``fixes``, ``matrix``, ``mystery``, ``corpus``)
+  ``masked_attention``, ``backward_nan``, ``run``, ``batch_check``, ``fixes``, ``matrix``,
+  ``mystery``, ``corpus``)
 - ``nanlab.debug``     finding the cause: ``locate`` replays the first bad step, ``diagnose``
   runs the SOP, probes and LR sensitivity, per-sample loss (``trace``, ``locate``,
   ``diagnose``, ``runs``, ``probes``, ``sensitivity``, ``attribution``, ``llm_data_checks``,
-  ``hardware_checks``, ``restart_checks``, ``grad_accum_checks``, ``masked_attention_checks``)
+  ``hardware_checks``, ``restart_checks``, ``grad_accum_checks``, ``masked_attention_checks``,
+  ``backward_nan_checks``)
 - ``nanlab.distributed`` data-parallel training on the CPU, every rank guarded alike
 - ``nanlab.viz``       loss curves, grad-norm heat maps, per-layer histograms and update
   ratios, float bit layouts, the SOP flowchart, TensorBoard export (``plots``, ``layers``,

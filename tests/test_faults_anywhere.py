@@ -51,6 +51,8 @@ EXPECTED = {
     # for a row with no key, measured in tests/test_masked_attention.py).
     "left_padding_inf_mask": (row(R, R, R, R, R), "-inf fill"),
     "empty_sequence": (row(R, R, R, R, R), "no key-padding mask"),
+    # the single-where log is in the user's own code: nothing to switch on in theirs
+    "where_log_grad": (row(R, R, R, R, R), "single-where log lives in your own"),
 }
 # A silent cell whose fault cannot know it did nothing: the reason, measured.
 MASKED = {

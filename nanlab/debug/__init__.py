@@ -19,6 +19,8 @@
 - ``restart_checks``: diagnose's reading of restarts and of layers that woke up (optimizer state)
 - ``masked_attention_checks``: diagnose's reading of attention masks: an empty example,
   left padding under a causal mask
+- ``backward_nan_checks``: diagnose's reading of a NaN gradient under a finite forward pass
+  and loss: the backward op and the forward function whose derivative made it
 
 >>> from nanlab.debug import diagnose, locate
 >>> callable(diagnose) and callable(locate)

@@ -163,6 +163,15 @@ class Location:
             return None
         return inf.seq < nan.seq
 
+    @property
+    def backward_only(self) -> bool:
+        """True when the first non-finite value of the step is a gradient: the forward
+        pass and the loss were finite (a single-where log, a hand-written norm at 0)."""
+        heads = [e for e in (self.first, self.first_op) if e is not None]
+        head = min(heads, key=lambda e: e.seq) if heads else None
+        return head is not None and head.pass_name == "backward" and not self.data_nonfinite \
+            and self.loss is not None and math.isfinite(self.loss)
+
     # -- reading it ----------------------------------------------------------------------
     def report(self, max_events: int = 8) -> str:
         """A few lines a learner reads; the same text as ``str(location)``."""
@@ -189,6 +198,11 @@ class Location:
         if self.first_op is not None and self.first is not None:
             label = "made by" if self.first_op.seq < self.first.seq else "first op to make one"
             lines.append(f"  {label}: {self.first_op.describe()}")
+        if self.backward_only:
+            op = self.first_op.node_of() if self.first_op is not None else None
+            lines.append("  backward only: every forward value and the loss were finite; the "
+                         "first non-finite value is a gradient"
+                         + (f", made by the derivative of {op}" if op else ""))
         if self.first is not None and self.first.tensor == "grad_norm":
             lines.append("  every gradient is finite: the sum of their squares overflowed while "
                          "computing the global grad norm (a gradient tensor whose norm is "

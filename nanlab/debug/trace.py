@@ -58,6 +58,7 @@ class Event:
     nan: int
     op: str | None = None
     param: str | None = None  # the full parameter name, for gradients and optimizer state
+    node: str | None = None  # a backward op's autograd node (LogBackward0): whose derivative
 
     @property
     def numel(self) -> int:
@@ -86,8 +87,23 @@ class Event:
         if self.op is not None:
             inside = f" in {module}" if module else ""
             target = f" on {self.tensor}" if self.tensor != "output" else ""
-            return f"{self.pass_name}, op {self.op}{target}{inside}"
+            node = f" (in {self.node}, the derivative of {self.node_of()})" if self.node else ""
+            return f"{self.pass_name}, op {self.op}{node}{target}{inside}"
         return ", ".join(x for x in (self.pass_name, module, self.tensor) if x)
+
+    def node_of(self) -> str | None:
+        """The forward function whose derivative a backward op computed, read from its
+        autograd node's name ("LogBackward0" -> "log"); None for other events.
+
+        >>> Event(1, "backward", None, None, "output", [2], "float32", 1, 0, 0, 1,
+        ...       op="aten.div", node="LogBackward0").node_of()
+        'log'
+        """
+        if not self.node:
+            return None
+        base = self.node.split("::")[-1]
+        base = base[:base.rfind("Backward")] if "Backward" in base else base
+        return base.lower() or self.node
 
     def describe(self) -> str:
         return (f"#{self.seq} {self.where()}: {self.counts()} "
@@ -214,8 +230,13 @@ class _Tracer(TorchDispatchMode):
                t: torch.Tensor, op: str | None = None, param: str | None = None) -> Event:
         self.seq += 1
         finite, posinf, neginf, nan = counts
+        node = None
+        if op is not None and pass_name == "backward":  # whose derivative the op computes
+            current = torch._C._current_autograd_node()
+            node = current.name() if current is not None else None
         event = Event(self.seq, pass_name, module, self._type(module), tensor, list(t.shape),
-                      str(t.dtype).replace("torch.", ""), finite, posinf, neginf, nan, op, param)
+                      str(t.dtype).replace("torch.", ""), finite, posinf, neginf, nan, op, param,
+                      node)
         self.n_events += 1
         if len(self.events) < self.max_events:
             self.events.append(event)

@@ -263,6 +263,32 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "filter empty examples in the loader, assert that every mask row keeps at least one "
         "key, and log the batch when the check fires",
     ),
+    "backward_nan": _Words(
+        "a gradient that was NaN while the forward pass was finite (前向有限、反向 NaN)",
+        "a guarded op's derivative was evaluated where it is infinite: the branch "
+        "torch.where did not select (a log or a square root at 0) still ran in the backward "
+        "pass, and 0 * inf = NaN reached every weight while the loss stayed finite",
+        "guarding the op's input as well as its output (the double where) keeps the "
+        "unselected branch away from its singular point, so the gradient is finite and "
+        "nothing else about the run had to change",
+        "write torch.where(x > 0, log(torch.where(x > 0, x, 1)), 0), use F.normalize or "
+        "torch.linalg.vector_norm rather than a hand-written sqrt of a sum of squares, and "
+        "run a step under torch.autograd.detect_anomaly when a NaN grad norm meets a finite "
+        "loss",
+    ),
+    "where_log_grad": _Words(
+        "a single torch.where guarding a log in an attention-entropy term (单层 where 保护的 log)",
+        "the entropy term computed -sum(p * where(p > 0, log p, 0)) over attention rows that "
+        "the causal mask fills with exact zeros; the forward pass and the loss were finite, "
+        "but log's backward divided the 0 it was given by p = 0, and 0 / 0 = NaN reached "
+        "every weight at the first step with the term",
+        "the double where, log(torch.where(p > 0, p, 1)), gives the unselected branch a "
+        "harmless input, so the gradient is finite; clipping or a smaller LR acts on a "
+        "gradient that is already NaN",
+        "use the double where for p * log p (torch.special.xlogy and entr do not help: "
+        "their gradient at p = 0 is NaN and -inf), and test every new loss term with exact "
+        "zeros in its input under torch.autograd.detect_anomaly",
+    ),
     "grad_accum": _Words(
         "a gradient accumulation loop that did not add up to the whole batch (梯度累积错误)",
         "the loop cut each step's batch into micro-batches but combined them wrongly, so "

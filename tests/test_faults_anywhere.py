@@ -156,7 +156,8 @@ def test_the_tuned_loop_says_why_each_silent_cell_is_silent_and_nothing_else():
 
 def test_the_table_covers_every_fault_of_the_families():
     mine = {"dirty_data", "fp16_overflow", "softmax_overflow", "adam_eps_fp16", "bad_init",
-            "deep_explosion", "tiny_eps", "myth", "hardware", "masked_attention"}
+            "deep_explosion", "tiny_eps", "myth", "hardware", "masked_attention",
+            "backward_nan"}
     assert {n for n, f in faults.FAULTS.items() if f.family in mine} == set(EXPECTED)
 
 

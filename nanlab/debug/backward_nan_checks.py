@@ -28,8 +28,11 @@ def backward_nan_evidence(run, step: int | None, loc) -> str | None:
     'step 40: the loss is finite (1.'
     """
     if step is None or loc is None or not getattr(loc, "found", False) \
-            or not loc.backward_only:
+            or not loc.backward_only or loc.first_op is None or not loc.first_op.has_nan:
         return None
+    if loc.first_inf is not None and loc.first_inf.seq <= loc.first_op.seq:
+        return None  # an inf came first: an overflow (fp16, a large init), not 0 * inf
+
     row = next((r for r in run.record.steps if r["step"] == step), None)
     loss = row.get("loss") if row else loc.loss
     if loss is None or not math.isfinite(loss):

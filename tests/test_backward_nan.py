@@ -70,6 +70,24 @@ def test_sqrt_at_zero_and_a_hand_written_norm_of_a_zero_vector():
     assert y.eq(0).all() and x.grad.isfinite().all() and float(x.grad[0, 0]) == pytest.approx(1e12)
 
 
+def test_padding_idx_drops_the_nan_gradient_of_a_zero_embedding_row():
+    """A hand-written L2 normalisation of an embedding row that is exactly 0: with
+    padding_idx the embedding's backward skips that row, and its NaN with it; a row
+    zeroed by hand without padding_idx gets the NaN."""
+    ids = torch.tensor([[0, 3, 5]])
+    for padding_idx, nan in ((0, False), (None, True)):
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(8, 4, padding_idx=padding_idx)
+        with torch.no_grad():
+            emb.weight[0] = 0.0
+        h = emb(ids)
+        y = h / ((h ** 2).sum(-1, keepdim=True).sqrt() + 1e-6)
+        assert y.isfinite().all()
+        y.sum().backward()
+        assert bool(emb.weight.grad[0].isnan().all()) is nan
+        assert emb.weight.grad[1:].isfinite().all()
+
+
 def test_the_entropy_term_is_nan_backward_even_at_weight_zero_and_detect_anomaly_finds_it():
     torch.manual_seed(0)
     model = GPT(GPTConfig())

@@ -229,13 +229,15 @@ def clean_final():
 
 @pytest.mark.parametrize("name", [n for n, f in sorted(faults.FAULTS.items()) if f.cure])
 def test_each_fault_is_cured_by_its_own_fix(name, clean_final):
-    from nanlab.faults.matrix import run_cell
-
+    """The matrix's judge on the fault's runs (200 steps, seed 0, as its cells): the cured
+    run is test_cuda_parity's, the untreated one test_diagnose's (stopped once a
+    non-finite update reached the weights: the verdict is made by then)."""
     fault = faults.get_fault(name)
-    cell = run_cell(name, fault.cure, 200, 0, clean_final)
-    assert cell.outcome == "cured", cell
-    untreated = run_cell(name, None, 200, 0, clean_final)
-    assert untreated.outcome == "not cured", untreated
+    cured = judge(shared_run(name, fixes=[fault.cure]), clean=clean_final)
+    assert cured.outcome == "cured", cured
+    untreated = shared_run(name, checkpoint_every=10, stop_when_poisoned=True)
+    verdict = judge(untreated, clean=clean_final)
+    assert verdict.outcome == "not cured", verdict
 
 
 def test_matrix_table_and_wrong_fixes():

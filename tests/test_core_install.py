@@ -179,9 +179,10 @@ def test_the_library_imports_and_runs_with_only_the_core_installed(tmp_path):
 
 
 def test_course_check_needs_no_torch():
-    """`nanlab course check` compares notebooks: it runs where torch is not installed (a
-    docs or hook machine), and nothing on its path imports torch."""
-    code = ("import sys; sys.modules['torch'] = None\n"
+    """`nanlab course check` compares notebooks: it runs where torch and the widgets are
+    not installed (a docs or hook machine with nbformat and jupytext), and nothing on its
+    path imports them."""
+    code = ("import sys; sys.modules['torch'] = sys.modules['ipywidgets'] = None\n"
             "from nanlab.cli import main\n"
             "sys.exit(main(['course', 'check']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

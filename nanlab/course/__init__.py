@@ -18,20 +18,29 @@ What a lab imports, in one line:
 >>> from nanlab.course import check, hint, predict, practice, solution, start_lab, show_progress
 """
 
+import importlib
+
 from nanlab.errors import require
 
-# The course needs the ``course`` extra: without it, one line naming the extra instead of
-# "No module named 'ipywidgets'" (jupytext and nbclient are imported where they are used).
-require("ipywidgets", "course")
-require("nbformat", "course")
+# name -> the module that defines it, loaded on first use: ``nanlab course check`` (which
+# compares notebooks, needing only nbformat) imports nanlab.course.notebooks without
+# pulling in the widgets. A lab's names need the ``course`` extra: without it, one line
+# naming the extra instead of "No module named 'ipywidgets'".
+PUBLIC = {
+    **dict.fromkeys(("check", "hint", "predict", "solution", "start_lab"), "nanlab.course.checks"),
+    "show_progress": "nanlab.course.progress", "practice": "nanlab.course.questions",
+    **dict.fromkeys(("KeyPoint", "WrongClaim", "score_answer"), "nanlab.course.rubric"),
+    **dict.fromkeys(("FreeText", "MultipleChoice", "Ordering", "RootCause"),
+                    "nanlab.course.widgets"),
+}
+__all__ = sorted([*PUBLIC, "progress"])
 
-from nanlab.course import progress  # noqa: E402
-from nanlab.course.checks import check, hint, predict, solution, start_lab  # noqa: E402
-from nanlab.course.progress import show_progress  # noqa: E402
-from nanlab.course.questions import practice  # noqa: E402
-from nanlab.course.rubric import KeyPoint, WrongClaim, score_answer  # noqa: E402
-from nanlab.course.widgets import FreeText, MultipleChoice, Ordering, RootCause  # noqa: E402
 
-__all__ = ["FreeText", "KeyPoint", "MultipleChoice", "Ordering", "RootCause", "WrongClaim",
-           "check", "hint", "practice", "predict", "progress", "score_answer", "show_progress",
-           "solution", "start_lab"]
+def __getattr__(name: str):
+    if name in PUBLIC:
+        require("ipywidgets", "course")
+        require("nbformat", "course")
+        value = getattr(importlib.import_module(PUBLIC[name]), name)
+        globals()[name] = value  # the next lookup is a plain attribute
+        return value
+    raise AttributeError(f"module 'nanlab.course' has no attribute {name!r}")

@@ -41,10 +41,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import nbformat
-
-from nanlab.errors import NanlabError
+from nanlab.errors import NanlabError, require
 from nanlab.runs.atomic import atomic_write
+
+require("nbformat", "course")  # one line naming the extra, not a ModuleNotFoundError
+import nbformat  # noqa: E402
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"

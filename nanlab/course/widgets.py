@@ -23,8 +23,6 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-import ipywidgets as w
-
 from nanlab.course import progress
 from nanlab.course.checks import _one_line
 from nanlab.course.quiz import (
@@ -37,6 +35,10 @@ from nanlab.course.quiz import (
     RootCauseQuestion,
 )
 from nanlab.course.rubric import PASS_MARK
+from nanlab.errors import require
+
+require("ipywidgets", "course")  # one line naming the extra, not a ModuleNotFoundError
+import ipywidgets as w  # noqa: E402
 
 _WIDE = w.Layout(width="auto")
 

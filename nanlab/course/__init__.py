@@ -22,6 +22,7 @@ import importlib
 
 from nanlab.errors import require
 
+require("nbformat", "course")  # every part of the course reads notebooks
 # name -> the module that defines it, loaded on first use: ``nanlab course check`` (which
 # compares notebooks, needing only nbformat) imports nanlab.course.notebooks without
 # pulling in the widgets. A lab's names need the ``course`` extra: without it, one line

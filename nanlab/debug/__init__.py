@@ -21,6 +21,8 @@
   left padding under a causal mask
 - ``backward_nan_checks``: diagnose's reading of a NaN gradient under a finite forward pass
   and loss: the backward op and the forward function whose derivative made it
+- ``compile_bisect``: eager against ``torch.compile`` (fp16 values rounded between ops, or
+  kept in fp32 by a fused kernel), and PyTorch's compiler bisector naming the stage
 
 >>> from nanlab.debug import diagnose, locate
 >>> callable(diagnose) and callable(locate)

@@ -19,6 +19,8 @@
 - ``restart_checks``: diagnose's reading of restarts and of layers that woke up (optimizer state)
 - ``masked_attention_checks``: diagnose's reading of attention masks: an empty example,
   left padding under a causal mask
+- ``precision_bisect``: which module's precision decides a non-finite fp16 / bf16 step,
+  by replaying it with modules in fp32, bisecting the module tree
 - ``backward_nan_checks``: diagnose's reading of a NaN gradient under a finite forward pass
   and loss: the backward op and the forward function whose derivative made it
 - ``compile_bisect``: eager against ``torch.compile`` (fp16 values rounded between ops, or

@@ -118,8 +118,28 @@ def check_precision(case: Case) -> Outcome:
     fix = cure_for(cause, detail)
     if not {"amp_off": ok, "bf16": ok16}.get(fix, True):
         fix = "amp_off"  # the declared cure was replayed and failed; fp32 passed
-    return Outcome("cause", f"fp32 replay: {why}; bf16 replay: {why16}", cause=cause,
-                   detail=detail, fix=fix)
+    return Outcome("cause", f"fp32 replay: {why}; bf16 replay: {why16}{_bisected(case)}",
+                   cause=cause, detail=detail, fix=fix)
+
+
+def _bisected(case: Case) -> str:
+    """The per-module answer (:mod:`nanlab.debug.precision_bisect`), "; fp32 in <module>
+    alone makes step N finite (k replays)", for a non-finite step of an autocast run
+    with a checkpoint to replay it from, else "". It adds words only:
+    the cause and the fix stay those of the replays above. The answer is kept in
+    ``case.notes["precision_bisect"]``."""
+    from nanlab.debug.precision_bisect import bisect_precision
+
+    trainer = case.run.trainer
+    if case.symptom != "nonfinite" or case.config.precision not in ("fp16", "bf16") \
+            or not trainer.checkpoints.steps():
+        return ""
+    try:
+        found = bisect_precision(trainer)
+    except (NanlabError, RuntimeError) as e:
+        return f"; per-module bisection skipped: {str(e).splitlines()[0]}"
+    case.notes["precision_bisect"] = found
+    return f"; {found.line()}"
 
 
 # -- 3. LR / 10 (and the LR column itself) -------------------------------------------

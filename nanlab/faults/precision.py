@@ -22,6 +22,7 @@ import torch.nn as nn
 
 from nanlab.errors import NanlabError
 from nanlab.faults.catalogue import Fault, Param, register
+from nanlab.layers.fp32_region import in_fp32_region
 from nanlab.toy.data import IGNORE_INDEX
 from nanlab.train.batches import map_tensors
 
@@ -79,7 +80,10 @@ def _fp16_autocast(inj: Injection, p: dict) -> None:
     changes low bits, never the range), the gradient through each rounding is rounded to
     fp16 as autocast's backward would make it, and there is no GradScaler: a GradScaler
     would skip those steps, the forward's inf is the same. Values inside
-    nn.MultiheadAttention between its projections are not rounded (its q @ k runs fused)."""
+    nn.MultiheadAttention between its projections are not rounded (its q @ k runs fused).
+    Inside a region nanlab runs in fp32 on purpose (:mod:`nanlab.layers.fp32_region`, the
+    precision bisection's autocast-disabled module) nothing is rounded, as autocast casts
+    nothing there."""
     layers = autocast_layers(inj.model)
     largest = [0.0]
 
@@ -100,10 +104,14 @@ def _fp16_autocast(inj: Injection, p: dict) -> None:
                     watch.saw()
 
     def inputs(module, args):
+        if in_fp32_region():  # autocast casts nothing where it is disabled
+            return None
         look(args)
         return to_fp16(args)
 
     def output(module, args, out):
+        if in_fp32_region():
+            return None
         look(out)
         return to_fp16(out)
     for m in layers:

@@ -112,6 +112,8 @@ def test_the_bisector_names_inductor_and_its_precision_casts():
     line = str(found)
     assert "\n" not in line and "emulate_precision_casts = True" in line
     assert found.comparison is not None and found.comparison.eager_bad == 4
+    from torch._inductor.compiler_bisector import CompilerBisector
+    assert CompilerBisector.get_backend() is None  # later torch.compile calls are plain again
 
 
 # -- bad input: one line ----------------------------------------------------------------
@@ -128,3 +130,5 @@ def test_nothing_to_bisect_and_a_non_tensor_output_are_one_line():
     assert "\n" not in str(err.value)
     with pytest.raises(NanlabError, match="must return a floating-point tensor"):
         compare_eager_compiled(lambda x: x.shape[0], NEAR_300)
+    with pytest.raises(NanlabError, match="fails eagerly, before any compiling"):
+        compare_eager_compiled(one_pass_norm, "not a tensor")

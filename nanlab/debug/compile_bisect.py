@@ -158,13 +158,23 @@ def _check_fn(fn) -> None:
                           f"{type(fn).__name__} {fn!r:.60}")
 
 
+def _eager_call(fn: Callable, args: tuple):
+    """fn(*args) as written; an error of fn's own is one line, not a compiler question."""
+    try:
+        return fn(*args)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise NanlabError(f"fn(*args) fails eagerly, before any compiling ({type(err).__name__}: "
+                          f"{first[:200]}); pass the arguments fn takes") from err
+
+
 def _compiled_call(fn: Callable, args: tuple, options: dict | None = None):
     """fn compiled afresh (no graph cached by an earlier call or config) and called."""
     torch._dynamo.reset()
     try:
         return torch.compile(fn, options=options)(*args)
     except Exception as err:  # a compiler failure is not a numerical difference
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        first = (str(err).strip().splitlines() or [""])[0]
         raise NanlabError(f"torch.compile could not compile or run fn "
                           f"({type(err).__name__}: {first[:200]}); inductor on a CPU needs a "
                           "C++ compiler (gcc or clang) on the PATH") from err
@@ -190,7 +200,7 @@ def compare_eager_compiled(fn: Callable, *args, atol: float = 1e-3, rtol: float 
     """
     _check_fn(fn)
     with torch.no_grad():
-        eager = fn(*args)
+        eager = _eager_call(fn, args)
         compiled = _compiled_call(fn, args, options)
     return _compare(eager, compiled, atol, rtol)
 
@@ -264,8 +274,7 @@ def bisect_compile(fn: Callable, *args, atol: float = 1e-3, rtol: float = 1e-2,
     if first.agree:
         raise NanlabError(f"nothing to bisect: compiled and eager agree ({first}); bisect "
                           "a call whose compiled output is non-finite or differs")
-    with torch.no_grad():
-        eager = fn(*args)
+    eager = first.eager
 
     def agrees() -> bool:  # the bisector's test: True is good (no difference)
         with torch.no_grad():

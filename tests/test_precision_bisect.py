@@ -151,3 +151,16 @@ def test_bad_arguments_get_one_line():
     with pytest.raises(NanlabError, match=r"precision 'fp16' or 'bf16'.*'fp32'") as e:
         bisect_precision(fp32.trainer)
     assert "\n" not in str(e.value)
+
+
+def test_diagnose_precision_step_carries_the_line_and_keeps_the_answer():
+    from nanlab.debug.checks import Case
+    from nanlab.debug.sop_checks import _bisected
+
+    run = failed_run("softmax_overflow")
+    case = Case(run, None, "nonfinite", run.first_bad_step, config=run.trainer.config)
+    text = _bisected(case)
+    b = case.notes["precision_bisect"]
+    assert text == f"; {b.line()}" and b.verdict == "module"
+    fp32 = Case(run, None, "nonfinite", 0, config=run.trainer.config.replace(precision="fp32"))
+    assert _bisected(fp32) == "" and "precision_bisect" not in fp32.notes

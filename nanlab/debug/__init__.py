@@ -23,6 +23,8 @@
   by replaying it with modules in fp32, bisecting the module tree
 - ``backward_nan_checks``: diagnose's reading of a NaN gradient under a finite forward pass
   and loss: the backward op and the forward function whose derivative made it
+- ``fp8_scaling_checks``: diagnose's reading of an FP8 run's scale events: an amax of 0 scaled
+  to inf, a stale delayed amax that sent a gradient past e5m2's max
 - ``compile_bisect``: eager against ``torch.compile`` (fp16 values rounded between ops, or
   kept in fp32 by a fused kernel), and PyTorch's compiler bisector naming the stage
 

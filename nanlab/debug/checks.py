@@ -21,7 +21,8 @@ from nanlab.faults.catalogue import SOP_STEPS
 BUILTIN = ("nanlab.debug.sop_checks", "nanlab.debug.llm_data_checks",
            "nanlab.debug.grad_accum_checks", "nanlab.debug.restart_checks",
            "nanlab.debug.hardware_checks", "nanlab.debug.user_code",
-           "nanlab.debug.masked_attention_checks", "nanlab.debug.backward_nan_checks")
+           "nanlab.debug.masked_attention_checks", "nanlab.debug.backward_nan_checks",
+           "nanlab.debug.fp8_scaling_checks")
 
 
 @dataclass

@@ -355,6 +355,11 @@ EXAM_LEFT_OUT = {
     # the backward-NaN family came later still, for the same reason
     "where_log_grad": "a family added after Lab 15's stored exams: drawing it would change "
                       "every seed's draw",
+    # and the FP8 scaling family after that
+    "fp8_amax_zero": "a family added after Lab 15's stored exams: drawing it would change "
+                     "every seed's draw",
+    "fp8_stale_amax": "a family added after Lab 15's stored exams: drawing it would change "
+                      "every seed's draw",
 }
 EXAM_FAMILIES: tuple[str, ...] = tuple(sorted({FAULTS[n].family for n in EXAM_ORDER}))
 """The answers of the exam: the ``family`` of a fault (``FAULTS[name].family``)."""

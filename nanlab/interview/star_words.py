@@ -289,6 +289,37 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "their gradient at p = 0 is NaN and -inf), and test every new loss term with exact "
         "zeros in its input under torch.autograd.detect_anomaly",
     ),
+    "low_precision_scaling": _Words(
+        "an FP8 scale that was infinite or stale (FP8 缩放因子失效)",
+        "each FP8 cast multiplies its tensor by fp8_max / amax; an amax of 0 with no floor "
+        "made that scale inf and 0 * inf = NaN, or a delayed scale from an earlier step's "
+        "amax sent a grown tensor past e5m2's max, where the cast gives inf",
+        "the fix repairs the scale itself (a floor under the amax, or the amax of the tensor "
+        "now), so the same data, model and LR train in FP8 as they did in bf16",
+        "use the framework's amax floor (torchao's EPS, activation_value_lb), prefer current "
+        "scaling or a long amax history with a margin, saturate the casts, and log each "
+        "layer's amax and scale next to the loss",
+    ),
+    "fp8_amax_zero": _Words(
+        "rowwise FP8 scaling with no floor under the amax (amax 为 0 时无下限)",
+        "the loss masks the first target of every sequence, so the LM head's gradient had "
+        "rows of exact zeros; their amax was 0, the scale 57344 / 0 = inf and 0 * inf = NaN "
+        "in the backward pass at step 0, while the loss was finite",
+        "clamping the amax at 1e-12 (torchao's EPS) gives a zero row a finite scale, so it "
+        "stays 0; a smaller LR or clipping acts on a gradient that is already NaN",
+        "keep a lower bound on every amax (activation_value_lb=1e-12 in torchao's rowwise "
+        "config), and test the FP8 layer on a batch with a zero row before training",
+    ),
+    "fp8_stale_amax": _Words(
+        "delayed FP8 scaling from a one-step amax history (延迟缩放的 amax 过时)",
+        "the scale of each step came from the previous step's amax (history length 1, "
+        "Megatron-LM's old default); the gradients grew between steps 0 and 1 past e5m2's "
+        "max under that stale scale, PyTorch's cast gave inf, and inf - inf = NaN",
+        "current scaling takes each tensor's own amax, so nothing is past the format's max; "
+        "a margin of 1 only moved the NaN from step 1 to step 20",
+        "prefer current scaling, or a long history with the max algorithm plus a margin, "
+        "and saturate every cast (clamp to the max first) so an outlier is clipped, not inf",
+    ),
     "grad_accum": _Words(
         "a gradient accumulation loop that did not add up to the whole batch (梯度累积错误)",
         "the loop cut each step's batch into micro-batches but combined them wrongly, so "

@@ -53,6 +53,8 @@ EXPECTED = {
     "empty_sequence": (row(R, R, R, R, R), "no key-padding mask"),
     # the single-where log is in the user's own code: nothing to switch on in theirs
     "where_log_grad": (row(R, R, R, R, R), "single-where log lives in your own"),
+    # none of the five has an MoE router: nothing to compute in fp16
+    "router_low_precision": (row(R, R, R, R, R), "needs an MoE router"),
     # FP8 with rowwise scales and no amax floor: a row of zeros is NaN. encoder_lm's feature
     # Linear reads token / 16 (token 0: a zero row), the VAE's silent frames leave their
     # LayerNorm as a zero row (its bias starts at 0), seq2seq's padded targets (ignored by
@@ -164,7 +166,7 @@ def test_the_tuned_loop_says_why_each_silent_cell_is_silent_and_nothing_else():
 def test_the_table_covers_every_fault_of_the_families():
     mine = {"dirty_data", "fp16_overflow", "softmax_overflow", "adam_eps_fp16", "bad_init",
             "deep_explosion", "tiny_eps", "myth", "hardware", "masked_attention",
-            "backward_nan",
+            "backward_nan", "moe_router",
             "low_precision_scaling"}
     assert {n for n, f in faults.FAULTS.items() if f.family in mine} == set(EXPECTED)
 

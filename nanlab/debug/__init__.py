@@ -23,6 +23,8 @@
   by replaying it with modules in fp32, bisecting the module tree
 - ``backward_nan_checks``: diagnose's reading of a NaN gradient under a finite forward pass
   and loss: the backward op and the forward function whose derivative made it
+- ``moe_router_checks``: diagnose's reading of an MoE run's router events: 16-bit router
+  logits past what exp holds in their dtype
 - ``fp8_scaling_checks``: diagnose's reading of an FP8 run's scale events: an amax of 0 scaled
   to inf, a stale delayed amax that sent a gradient past e5m2's max
 - ``compile_bisect``: eager against ``torch.compile`` (fp16 values rounded between ops, or

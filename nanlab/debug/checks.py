@@ -22,7 +22,7 @@ BUILTIN = ("nanlab.debug.sop_checks", "nanlab.debug.llm_data_checks",
            "nanlab.debug.grad_accum_checks", "nanlab.debug.restart_checks",
            "nanlab.debug.hardware_checks", "nanlab.debug.user_code",
            "nanlab.debug.masked_attention_checks", "nanlab.debug.backward_nan_checks",
-           "nanlab.debug.fp8_scaling_checks")
+           "nanlab.debug.moe_router_checks", "nanlab.debug.fp8_scaling_checks")
 
 
 @dataclass

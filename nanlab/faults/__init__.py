@@ -17,6 +17,7 @@ One module per fault family registers its faults (and the fixes only it needs):
 - ``llm_data``:  LLM data faults (an id past the vocabulary, a junk shard) and their filter
 - ``masked_attention``: a query with no key left (left padding, an empty example) and -inf
 - ``backward_nan``: a finite forward and a NaN gradient (a single-where log at 0)
+- ``moe_router``: an MoE router in fp16 whose logits grow past exp's range (no z-loss)
 - ``fp8_scaling``: FP8 scales gone wrong (an amax of 0, a stale delayed amax)
 
 Built on them:
@@ -36,7 +37,7 @@ Built on them:
 # the families register their faults (and fixes) on import, in this order
 from nanlab.faults import dirty_data, learning_rate, precision, init_eps  # noqa: F401, I001
 from nanlab.faults import optimizer_state, myths, grad_accum, hardware, llm_data  # noqa: F401
-from nanlab.faults import masked_attention, backward_nan  # noqa: F401
+from nanlab.faults import masked_attention, backward_nan, moe_router  # noqa: F401
 from nanlab.faults import fp8_scaling  # noqa: F401
 from nanlab.faults.catalogue import FAULTS, SIGNATURES, SOP_STEPS, Fault, Param, get_fault, register
 from nanlab.faults.batch_check import batch_problems

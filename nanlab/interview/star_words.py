@@ -289,6 +289,26 @@ _CAUSE_WORDS: dict[str, _Words] = {
         "their gradient at p = 0 is NaN and -inf), and test every new loss term with exact "
         "zeros in its input under torch.autograd.detect_anomaly",
     ),
+    "moe_router": _Words(
+        "an MoE router whose logits outgrew its precision (MoE 路由器 logits 超出精度范围)",
+        "nothing bounded the router logits, which grew as routing sharpened; the router ran "
+        "in fp16 under autocast, and once a logit passed 11.09 its exp was inf in fp16 and "
+        "the routing softmax made inf / inf = NaN",
+        "the router in float32 (selective precision) gives exp the range it needs, and the "
+        "router z-loss keeps the logits small; the experts can stay in 16-bit",
+        "keep the router in float32 under any autocast, add a router z-loss (1e-3), and log "
+        "each router's largest logit and tokens per expert next to the loss",
+    ),
+    "router_low_precision": _Words(
+        "an fp16 router with a hand-written softmax and no z-loss (fp16 路由器、无 z-loss)",
+        "the MoE router was a plain Linear under fp16 autocast, its softmax exp(x) / sum "
+        "exp(x) ran in fp16, and with no z-loss its largest logit grew past log(65504) = "
+        "11.09; exp overflowed and inf / inf = NaN at about step 36",
+        "computing the router in float32 (selective precision) or adding the z-loss each "
+        "cured it, measured; clipping the gradient did not, since the logits still grew",
+        "keep the router in float32 (Megatron-LM --moe-router-dtype fp32), use a softmax "
+        "that subtracts the max, add a router z-loss, and alert on the router's logit max",
+    ),
     "low_precision_scaling": _Words(
         "an FP8 scale that was infinite or stale (FP8 缩放因子失效)",
         "each FP8 cast multiplies its tensor by fp8_max / amax; an amax of 0 with no floor "

@@ -5,4 +5,5 @@
 - ``norms``        the normalisation layers of any model and the field holding their eps
 - ``fake_fp8``     FP8 matmuls in fake quant (scale, cast to float8, cast back): delayed
                    or current scaling, per tensor or per row
+- ``moe``          a small top-k mixture-of-experts MLP: its router, z-loss and load
 """

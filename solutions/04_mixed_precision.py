@@ -338,6 +338,31 @@ print("log of the largest sum above 11.09 (the sum overflows):", top_lse > FP16_
 # The record's `loss_scale` column holds each step's $S$. The constants, read from
 # a fresh scaler:
 
+# %% [markdown]
+# `locate` is not the first tool of its kind; you will meet these:
+#
+# - **fairseq and metaseq**: when a step's gradients are not finite, the trainer
+#   saves a `crash.pt`, re-runs the same samples' forward and backward inside
+#   `NanDetector` and re-raises (`fairseq/trainer.py`, `train_step`). `NanDetector`
+#   (`fairseq/nan_detector.py`, `metaseq/nan_detector.py`) hooks every module and
+#   logs the first module whose output or gradient holds a NaN or inf, skipping
+#   one-element tensors such as the loss.
+# - **JAX**: `jax_debug_nans` checks every op's output; when a jit-compiled
+#   function returns a NaN it re-runs it un-jitted, op by op, to name the primitive
+#   (JAX docs, "JAX debugging flags").
+# - **TensorFlow**: `tf.debugging.enable_check_numerics()` raises at the first op
+#   whose output holds an inf or a NaN, with the op's type and stack.
+# - **PyTorch**: `torch.autograd.detect_anomaly()` names the backward function that
+#   returned a NaN, and the forward line that made it; it watches the backward pass
+#   only.
+#
+# What `locate` adds: the replay is exact, from the checkpoint before the bad step
+# with its batch and random state, so it replays the step that failed and not a
+# similar one; and it watches each ATen op of the forward pass, the loss, the
+# backward pass and the optimizer step, so it also names an inf made inside a
+# module, in the loss (the sum above) or by Adam's update, where module hooks see
+# only a module's output.
+
 # %% tags=["nbval-check-output"]
 fresh = torch.amp.GradScaler("cpu")
 print(f"initial S = {fresh.get_scale():g} = 2^{math.log2(fresh.get_scale()):g}, "

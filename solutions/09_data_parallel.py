@@ -488,6 +488,16 @@ print("largest weight difference is 0.0:", replica_gap([a0["params"], a1["params
 #   the overflow flag with MAX over the data-parallel group, then the
 #   model-parallel group; every rank skips, lowers the loss scale and logs
 #   "OVERFLOW! ... Skipping step".
+# - **fairseq and metaseq** check the other way round: every step each rank puts
+#   its gradient norm in a buffer, the buffer is all-reduced, and ranks whose norms
+#   differ stop the run with "gradients are inconsistent between workers", which
+#   sends it to the `NanDetector` re-run (`fairseq/trainer.py`, `_check_grad_norms`;
+#   Lab 04 describes the detector). Replicas that drift apart, as in section 2,
+#   are caught the step they part.
+# - **PyTorch** itself can check every collective: `TORCH_NCCL_NAN_CHECK=1` makes the
+#   NCCL process group assert on a NaN in a collective's input on the GPU
+#   (pytorch/pytorch#125726; the variable is in `ProcessGroupNCCL.hpp`). It stops
+#   the job at the rank that sent the NaN, before the all-reduce spreads it.
 
 # %% [markdown]
 # Why the all-reduce, if DDP already spreads a NaN gradient to every rank (section

@@ -1,14 +1,22 @@
 """The ``nanlab`` command line, as a careless user and as a script use it.
 
 Bad input: one line on stderr, exit status 2, never a traceback (checked in-process, fast).
-Exit codes: each one from a real run in a real process (short runs: 30 steps).
+Exit codes: each one from a real run (short runs: 30 steps) of ``main()``, the function
+``python -m nanlab`` exits with; a process of its own proves that ``main()``'s status is
+the process's exit code, for a healthy run and a failed one (``PROCESS``). Each extra
+process costs the import of torch again, about 3 s of a 2-core CI machine.
 """
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,9 +24,30 @@ from nanlab import cli
 from nanlab.errors import NanlabError
 
 
-def nanlab(*args, cwd=None):
+def nanlab_process(*args, cwd=None):
+    """``python -m nanlab ARGS`` in a process of its own: (returncode, stdout, stderr)."""
     return subprocess.run([sys.executable, "-m", "nanlab", *args], capture_output=True, text=True,
                           timeout=300, cwd=cwd)
+
+
+def nanlab(*args, cwd=None):
+    """``main(ARGS)`` in this process, its output captured as a process's would be (a
+    traceback printed to stderr and status 1 where an exception escapes, as Python does)."""
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            code = cli.main([str(a) for a in args])
+        except SystemExit as e:
+            code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+        except Exception:  # noqa: BLE001 - what an uncaught error does to a process
+            traceback.print_exc()
+            code = 1
+        finally:
+            os.chdir(here)
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def run_cli(capsys, monkeypatch, tmp_path, *args):
@@ -51,7 +80,8 @@ def strict_json(text: str) -> dict:
 
 # -- healthy runs, end to end ---------------------------------------------------------------
 def test_run_json_end_to_end(tmp_path):
-    out = nanlab("run", "--steps", "25", "--seed", "1", "--out", str(tmp_path / "r"), "--json")
+    out = nanlab_process("run", "--steps", "25", "--seed", "1", "--out", str(tmp_path / "r"),
+                         "--json")
     assert out.returncode == 0, out.stderr
     summary = strict_json(out.stdout)
     assert summary["steps_run"] == 25
@@ -287,7 +317,8 @@ def test_steps_run_after_a_rollback_are_the_run_not_the_rows(tmp_path):
     (["--fault", "nan_input", "--set", "at_step=5", "--guard", "skip"], 0, "guarded"),
 ])
 def test_exit_codes_from_real_runs(tmp_path, args, code, outcome):
-    out = nanlab("run", "--steps", "30", *args, "--json", "--out", str(tmp_path / "r"))
+    run = nanlab_process if code == 3 else nanlab  # one failed run in a process of its own
+    out = run("run", "--steps", "30", *args, "--json", "--out", str(tmp_path / "r"))
     assert out.returncode == code, (out.stdout, out.stderr)
     assert "Traceback" not in out.stderr
     s = strict_json(out.stdout)

@@ -150,7 +150,8 @@ PREDICTED = {"01_numbers": "my_predictions", "02_dirty_data": "predict_nan_input
              "03_learning_rate": "my_predictions", "04_mixed_precision": "predict_precisions",
              "09_data_parallel": "predict_ddp", "11_lr_sensitivity": "predict_sweep",
              "12_incidents": "predict_replay", "13_optimizer_state": "predict_fresh_adam",
-             "14_large_run_faults": "predict_accumulation", "15_final_exam": "exam_first_look"}
+             "14_large_run_faults": "predict_accumulation", "15_final_exam": "exam_first_look",
+             "16_new_failure_modes": "predict_masked_row"}
 
 
 @pytest.mark.parametrize("lab", sorted(PREDICTED))

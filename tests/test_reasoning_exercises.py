@@ -1,4 +1,4 @@
-"""The reasoning exercises of Labs 11-14: a decision read from the lab's own evidence.
+"""The reasoning exercises of Labs 11-14 and 16: a decision read from the lab's own evidence.
 
 Each check (``judge_*`` in ``nanlab/course/questions/labNN.py``) derives its key from the
 evidence the lab printed, so it must (1) pass every decision the evidence supports, a
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from nanlab.course.questions import lab11, lab12, lab13, lab14
+from nanlab.course.questions import lab11, lab12, lab13, lab14, lab16
 from nanlab.debug.sensitivity import Sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -366,3 +366,93 @@ def test_the_hidden_incidents_are_the_families_the_key_says_on_this_cpu():
         assert lab14.key_family(evidence) == want == FAMILY_KEY[name]
         share = evidence["worst quarter's share of the loss"]
         assert share > 0.7 if want == "data" else share < 0.45
+
+
+# --- Lab 16: the first change for three incidents --------------------------------------------
+
+NAN = float("nan")
+FP8 = {"first non-finite step": 0, "loss there": 3.475, "grad norm there": NAN,
+       "FP8 casts with an inf scale there": 32, "largest router logit there": None,
+       "router dtype": None}
+ROUTER = {"first non-finite step": 30, "loss there": NAN, "grad norm there": NAN,
+          "FP8 casts with an inf scale there": 0, "largest router logit there": 11.3,
+          "router dtype": "float16"}
+WHERE = {"first non-finite step": 25, "loss there": 1.639, "grad norm there": NAN,
+         "FP8 casts with an inf scale there": 0, "largest router logit there": None,
+         "router dtype": None}
+CHANGE_KEY = {"incident A": "amax_floor", "incident B": "router_fp32",
+              "incident C": "double_where"}
+INCIDENTS = {"incident A": FP8, "incident B": ROUTER, "incident C": WHERE}
+
+
+def test_first_change_passes_the_right_changes_whatever_the_order():
+    assert lab16.judge_changes(CHANGE_KEY, INCIDENTS) is None
+    assert lab16.judge_changes({"incident A": "double_where", "incident B": "amax_floor",
+                                "incident C": "router_fp32"},
+                               {"incident A": WHERE, "incident B": FP8,
+                                "incident C": ROUTER}) is None
+
+
+@pytest.mark.parametrize(("incident", "pick", "evidence"), [
+    ("incident A", "double_where", "another row says"),   # finite loss, NaN grad: tempting
+    ("incident A", "grad_clip", "grad norm there is nan"),
+    ("incident B", "lr_div10", "not the arithmetic"),      # the logits grew: tempting
+    ("incident B", "double_where", "the loss itself is nan"),
+    ("incident B", "skip_step", "the same code meets the same arithmetic"),
+    ("incident C", "grad_clip", "clipping multiplies every gradient"),
+    ("incident C", "amax_floor", "no FP8 cast had an inf scale"),
+    ("incident C", "router_fp32", "no router logit"),
+    ("incident C", "amp_off", "not one of the CHANGES"),
+])
+def test_first_change_fails_a_tempting_wrong_change_pointing_at_the_evidence(incident, pick,
+                                                                            evidence):
+    message = lab16.judge_changes({**CHANGE_KEY, incident: pick}, INCIDENTS)
+    assert message and message.startswith(incident) and evidence in message, message
+    if pick in lab16.CHANGES:  # (an unknown name gets the list of every change)
+        assert CHANGE_KEY[incident] not in message.split(":", 1)[1]
+
+
+def test_a_router_logit_that_fits_its_dtype_points_nowhere_near_the_router():
+    fits = {**ROUTER, "largest router logit there": 9.5, "loss there": 2.0}
+    assert lab16.key_change(fits) == "double_where"
+    assert lab16.key_change({**ROUTER, "router dtype": "bfloat16"}) is None
+
+
+def parse_lab16_incidents(text: str) -> dict:
+    found, name = {}, None
+    for line in text.splitlines():
+        if m := re.match(r"^(incident \w)$", line):
+            name = found.setdefault(m[1], {})
+        elif name is not None and line.startswith("   "):
+            row, value = re.split(r"\s{2,}", line.strip(), maxsplit=1)
+            name[row] = (None if value == "None" else value if row == "router dtype"
+                         else float(value))
+        elif line.startswith("CHANGES"):
+            name = None
+    return found
+
+
+def test_first_change_key_agrees_with_the_labs_printed_evidence():
+    printed = parse_lab16_incidents(outputs_of("16_new_failure_modes", "incident_runs()"))
+    assert set(printed) == set(CHANGE_KEY)
+    assert {name: lab16.key_change(ev) for name, ev in printed.items()} == CHANGE_KEY
+
+
+def test_lab16_hidden_incidents_show_their_mechanism_on_this_cpu():
+    """Each hidden run is the fault its key stands for, far from the thresholds: an inf
+    scale only in the FP8 run, a float16 router logit past log(65504) only in the router
+    run (whose loss is NaN), a finite loss with a NaN gradient in the where run."""
+    from nanlab.faults import get_fault
+
+    torch.set_num_threads(1)
+    cure = {"fp8_amax_floor": "amax_floor", "router_fp32": "router_fp32",
+            "double_where": "double_where"}
+    for name, run in lab16.incident_runs().items():
+        ev = lab16.evidence_of(run)
+        assert lab16.key_change(ev) == cure[get_fault(run.fault).cure] == CHANGE_KEY[name]
+        if name == "incident B":
+            assert ev["largest router logit there"] > math.log(65504)
+            assert not math.isfinite(ev["loss there"])
+        else:
+            assert math.isfinite(ev["loss there"]) and not math.isfinite(ev["grad norm there"])
+        assert (ev["FP8 casts with an inf scale there"] > 0) == (name == "incident A")

@@ -132,13 +132,10 @@ for name, out in ops.items():
 # written by hand, `-log(exp(l_y) / Σ exp(l))`, without subtracting the max, as
 # custom label-smoothing or distillation losses often are. In fp32 it equals
 # `F.cross_entropy` until the model becomes confident. The fault computes it on the
-# fp16 logits in an `autocast(enabled=False)` region, without `.float()`. PyTorch's
-# autocast documentation ("Automatic Mixed Precision package - torch.amp", on
-# `autocast(enabled=False)` subregions) says inputs from the surrounding region
-# should be cast to the dtype you want; without the cast every op runs in fp16, on
-# the CPU and on CUDA alike, so this fault fires on both. Inside autocast it would
-# depend on the device: CUDA would run its `exp` and `sum` in fp32 and survive, the
-# CPU in fp16 (section 1).
+# fp16 logits in an `autocast(enabled=False)` region, without `.float()`: inputs from
+# the surrounding region must be cast to the dtype you want (the torch.amp docs on
+# `autocast(enabled=False)` subregions), so every op runs in fp16, on the CPU and on
+# CUDA alike. Inside autocast CUDA would run `exp` and `sum` in fp32 (section 1).
 
 # %% [markdown]
 # **Exercise · predict.** Four runs, same seed, same data: fp32, fp16 without a
@@ -323,7 +320,19 @@ print("log of the largest sum above 11.09 (the sum overflows):", top_lse > FP16_
 #
 # An `inf` loss with `NaN` gradients in the same step is the fingerprint of a
 # forward-pass overflow.
-#
+
+# %% [markdown]
+# Related tools: fairseq and metaseq re-run a failed step's samples inside
+# `NanDetector`, whose hooks log the first module with a NaN or
+# inf output or gradient (`fairseq/nan_detector.py`, called from `train_step` in
+# `fairseq/trainer.py`); JAX's `jax_debug_nans` re-runs a jitted function op by op
+# ("JAX debugging flags"); TensorFlow's `tf.debugging.enable_check_numerics()` raises
+# at the first op with an inf or NaN; `torch.autograd.detect_anomaly()` watches the
+# backward pass only. `locate` adds an exact replay (the failed step's checkpoint, batch
+# and random state) and watches every ATen op of forward, loss, backward and the
+# optimizer step; module hooks see only module outputs.
+
+# %% [markdown]
 # ## 3. The GradScaler: what it cures, what it cannot
 # ### The loss-scale curve
 # Loss scaling multiplies the loss by a scale $S$ before backward, so that small
@@ -337,31 +346,6 @@ print("log of the largest sum above 11.09 (the sum overflows):", top_lse > FP16_
 #
 # The record's `loss_scale` column holds each step's $S$. The constants, read from
 # a fresh scaler:
-
-# %% [markdown]
-# `locate` is not the first tool of its kind; you will meet these:
-#
-# - **fairseq and metaseq**: when a step's gradients are not finite, the trainer
-#   saves a `crash.pt`, re-runs the same samples' forward and backward inside
-#   `NanDetector` and re-raises (`fairseq/trainer.py`, `train_step`). `NanDetector`
-#   (`fairseq/nan_detector.py`, `metaseq/nan_detector.py`) hooks every module and
-#   logs the first module whose output or gradient holds a NaN or inf, skipping
-#   one-element tensors such as the loss.
-# - **JAX**: `jax_debug_nans` checks every op's output; when a jit-compiled
-#   function returns a NaN it re-runs it un-jitted, op by op, to name the primitive
-#   (JAX docs, "JAX debugging flags").
-# - **TensorFlow**: `tf.debugging.enable_check_numerics()` raises at the first op
-#   whose output holds an inf or a NaN, with the op's type and stack.
-# - **PyTorch**: `torch.autograd.detect_anomaly()` names the backward function that
-#   returned a NaN, and the forward line that made it; it watches the backward pass
-#   only.
-#
-# What `locate` adds: the replay is exact, from the checkpoint before the bad step
-# with its batch and random state, so it replays the step that failed and not a
-# similar one; and it watches each ATen op of the forward pass, the loss, the
-# backward pass and the optimizer step, so it also names an inf made inside a
-# module, in the loss (the sum above) or by Adam's update, where module hooks see
-# only a module's output.
 
 # %% tags=["nbval-check-output"]
 fresh = torch.amp.GradScaler("cpu")
@@ -404,7 +388,7 @@ print("scale at the last step more than 1000x (2^10) below the scale at the firs
 #
 # - **Before the failure**, a few isolated skips: the first step (starting high
 #   costs one skipped step, and the scale is halved) and an occasional step whose
-#   scaled gradients passed 65504: the scaler working, at almost no cost.
+#   scaled gradients passed 65504: the scaler working.
 # - **After it**, the loss itself is inf. The scaler cannot tell that from a
 #   gradient overflow: it skips and halves at every step, the weights stay frozen,
 #   and the next step overflows again. PyTorch's GradScaler has no floor;
@@ -514,9 +498,8 @@ print("fp16 + GradScaler: fewer than 0.1 % at every step before its first non-fi
 # afterwards in fp32 restores their size. **Loss scaling is for underflow (下溢) in
 # the backward pass.**
 #
-# So plain fp16 lost the gradients that would have made it more confident (compare
-# its logsumexp curve and final loss with fp32's): it did not go NaN because it
-# **learned less**. A change that makes the NaN go away has not necessarily fixed
+# So plain fp16 lost the gradients that would have made it more confident (its
+# logsumexp and final loss against fp32's): it stayed finite because it **learned less**. A change that makes the NaN go away has not necessarily fixed
 # anything (as with AMP off in Lab 03).
 #
 # ### The scaler's check, by hand

@@ -16,9 +16,11 @@ thread count and the CPU kernel path.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -26,6 +28,7 @@ import torch
 from filelock import FileLock
 
 from nanlab import faults
+from nanlab.debug.diagnose import Diagnosis, diagnose
 from nanlab.debug.runs import load_run
 from nanlab.train import TrainConfig
 
@@ -92,3 +95,28 @@ def shared_run(name: str | None, *, fixes=(), callbacks=(), stop_when_poisoned=F
     if saved:  # the state the live trainer was left in, for tests that read its weights
         run.trainer.restore(max(saved))
     return run
+
+
+# The diagnosis of the shared runs diagnose reads as `nanlab diagnose FOLDER` would, made
+# once per session as the run is trained once: test_diagnose checks every fault's, and a
+# family's own tests check more of the same diagnosis.
+DIAGNOSED = {"checkpoint_every": 10, "stop_when_poisoned": True}
+
+
+def shared_diagnosis(name: str, **kwargs) -> Diagnosis:
+    """``diagnose(shared_run(name, **kwargs))`` (default: the run test_diagnose reads,
+    ``DIAGNOSED``), made once per session and read back by every worker (pickled by this
+    suite, for this suite: the file never leaves the session's folder). The Diagnosis
+    comes without ``location`` (locate's report object); a test that needs it replays."""
+    if ROOT is None:
+        raise RuntimeError("shared_diagnosis needs tests/conftest.py's session fixture")
+    kwargs = kwargs or dict(DIAGNOSED)
+    key = run_key(name, **kwargs)
+    path = ROOT / f"{key}.diagnosis.pickle"
+    with FileLock(str(ROOT / f"{key}.diagnosis.lock")):
+        if not path.exists():
+            found = dataclasses.replace(diagnose(shared_run(name, **kwargs)), location=None)
+            partial = ROOT / f"{key}.diagnosis.partial-{os.getpid()}"
+            partial.write_bytes(pickle.dumps(found))
+            os.rename(partial, path)
+    return pickle.loads(path.read_bytes())

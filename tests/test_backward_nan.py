@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from foreign_models import FOREIGN, plain_loop
+from shared_runs import DIAGNOSED, shared_diagnosis, shared_run
 
 from nanlab import faults
 from nanlab.debug.diagnose import diagnose
@@ -139,13 +140,13 @@ def test_amp_off_has_nothing_to_change():
 
 
 def test_locate_names_the_backward_op_and_diagnose_proves_double_where():
-    bad = faults.run_fault("where_log_grad", checkpoint_every=10, stop_when_poisoned=True)
+    bad = shared_run("where_log_grad", **DIAGNOSED)  # test_diagnose's run and diagnosis
     loc = locate(bad.trainer)
     assert (loc.step, loc.pass_name, loc.backward_only) == (40, "backward", True)
     assert (loc.first_op.op, loc.first_op.node, loc.first_op.node_of()) == (
         "aten.div", "LogBackward0", "log")
     assert "backward only: every forward value and the loss were finite" in loc.report()
-    d = diagnose(bad)
+    d = shared_diagnosis("where_log_grad")
     assert (d.cause, d.detail, d.fix, d.fix_verified) == (
         "backward_nan", "where_log_grad", "double_where", True), d.report()
     assert "the derivative of log" in d.report()

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 from foreign_models import TinyEncoderLM, classifier_loss, lm_batches, lm_loss
-from shared_runs import shared_run
+from shared_runs import shared_diagnosis
 
 from nanlab import faults
 from nanlab.debug.diagnose import diagnose, load_run
@@ -28,8 +28,7 @@ def test_diagnose_names_the_cause_of_every_builtin_fault(name):
     fault = faults.get_fault(name)
     # every run is read back from its folder (shared_run), as `nanlab diagnose FOLDER` reads
     # one: bit_flip's replay of a step its record went through is clean, as on the live run
-    run = shared_run(name, checkpoint_every=10, stop_when_poisoned=True)  # test_faults' too
-    d = diagnose(run)
+    d = shared_diagnosis(name)  # the families' own tests read the same diagnosis
     assert d.cause == fault.family, d.report()
     if name in EXPECTED_DETAIL:
         assert d.detail == EXPECTED_DETAIL[name]

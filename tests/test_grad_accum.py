@@ -11,6 +11,7 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
+from shared_runs import DIAGNOSED, shared_diagnosis, shared_run
 
 from nanlab import faults
 from nanlab.analysis.judge import judge
@@ -123,7 +124,7 @@ def clean_final():
 
 @pytest.fixture(scope="module")
 def mean_of_means():
-    return faults.run_fault("accum_mean_of_means", checkpoint_every=10)
+    return shared_run("accum_mean_of_means", **DIAGNOSED)  # test_diagnose's run
 
 
 def test_mean_of_means_spikes_after_the_short_micro_batches(mean_of_means):
@@ -135,15 +136,14 @@ def test_mean_of_means_spikes_after_the_short_micro_batches(mean_of_means):
     assert np.isfinite(losses).all()
 
 
-def test_mean_of_means_cured_by_token_weighting_not_by_clipping(clean_final):
-    assert run_cell("accum_mean_of_means", "token_weighted", 200, 0, clean_final).outcome \
-        == "cured"
+def test_mean_of_means_is_not_cured_by_clipping(clean_final):
+    """(token_weighted cures it: test_faults' cure test, on the matrix's judge.)"""
     assert run_cell("accum_mean_of_means", "grad_clip", 200, 0, clean_final).outcome \
         == "not cured"
 
 
-def test_mean_of_means_diagnosed(mean_of_means):
-    d = diagnose(mean_of_means)
+def test_mean_of_means_diagnosed():
+    d = shared_diagnosis("accum_mean_of_means")  # test_diagnose's diagnosis
     assert (d.cause, d.detail, d.fix, d.fix_verified) == (
         "grad_accum", "accum_mean_of_means", "token_weighted", True), d.report()
     assert any("micro-batch" in f.text and f.step == "data" for f in d.findings)
@@ -151,8 +151,7 @@ def test_mean_of_means_diagnosed(mean_of_means):
 
 @pytest.fixture(scope="module")
 def masked():
-    return faults.run_fault("accum_masked_micro_batch", checkpoint_every=10,
-                            stop_when_poisoned=True)
+    return shared_run("accum_masked_micro_batch", **DIAGNOSED)
 
 
 def test_an_all_masked_micro_batch_makes_the_step_nan(masked):
@@ -160,16 +159,15 @@ def test_an_all_masked_micro_batch_makes_the_step_nan(masked):
     assert judge(masked).kind == "nonfinite"
 
 
-def test_masked_micro_batch_cured_by_token_weighting_not_by_the_batch_check(clean_final):
-    assert run_cell("accum_masked_micro_batch", "token_weighted", 200, 0,
-                    clean_final).outcome == "cured"
-    # the step's whole batch has targets, so validate_data lets it through
+def test_masked_micro_batch_is_not_cured_by_the_batch_check(clean_final):
+    """(token_weighted cures it: test_faults' cure test.) The step's whole batch has
+    targets, so validate_data lets it through."""
     wrong = run_cell("accum_masked_micro_batch", "validate_data", 200, 0, clean_final)
     assert wrong.outcome == "not cured" and wrong.first_bad_step == 40
 
 
-def test_masked_micro_batch_diagnosed(masked):
-    d = diagnose(masked)
+def test_masked_micro_batch_diagnosed():
+    d = shared_diagnosis("accum_masked_micro_batch")
     assert (d.cause, d.detail, d.fix, d.fix_verified) == (
         "grad_accum", "accum_masked_micro_batch", "token_weighted", True), d.report()
     data = [f for f in d.findings if f.step == "data" and f.verdict != "hint"]
@@ -179,7 +177,7 @@ def test_masked_micro_batch_diagnosed(masked):
 
 @pytest.fixture(scope="module")
 def scaler_run():
-    return faults.run_fault("scaler_update_micro_batch", checkpoint_every=10)
+    return shared_run("scaler_update_micro_batch", **DIAGNOSED)
 
 
 def test_scaler_update_per_micro_batch_is_pytorchs_own_error(scaler_run):
@@ -188,8 +186,8 @@ def test_scaler_update_per_micro_batch_is_pytorchs_own_error(scaler_run):
     assert judge(scaler_run).kind == "error"
 
 
-def test_scaler_update_diagnosed_cured_by_replay_not_by_an_lr_cut(scaler_run):
-    d = diagnose(scaler_run)  # proves the fix by a 100-step fp16 replay, judged healthy
+def test_scaler_update_diagnosed_cured_by_replay_not_by_an_lr_cut():
+    d = shared_diagnosis("scaler_update_micro_batch")  # proves the fix by a replay
     assert (d.cause, d.detail, d.fix, d.fix_verified) == (
         "grad_accum", "scaler_update_micro_batch", "scaler_update_per_step", True), d.report()
     assert any(f.step == "amp" and "No inf checks" in f.text for f in d.findings)

@@ -11,13 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from foreign_scenarios import base, gpt2, hf_loss, lm_batch
-from shared_runs import shared_run
+from shared_runs import shared_diagnosis, shared_run
 
 from nanlab import faults
 from nanlab.analysis.judge import judge
 from nanlab.analysis.signals import final_loss, find_spikes
 from nanlab.debug.attribution import per_sample_loss
-from nanlab.debug.diagnose import diagnose
 from nanlab.errors import NanlabError
 from nanlab.faults.batch_check import batch_problems, label_range
 from nanlab.faults.llm_data import degenerate_rows
@@ -160,23 +159,22 @@ def test_the_filter_keeps_every_clean_and_every_padded_sequence():
     ("repeated_token_shard", "quality_filter", ("lr_div10", "grad_clip", "validate_data")),
 ])
 def test_the_data_fix_cures_and_the_wrong_ones_do_not(name, cure, wrong, clean_final):
-    cured = run_cell(name, cure, 200, 0, clean_final)
-    assert cured.outcome == "cured", cured
+    assert faults.get_fault(name).cure == cure  # cured: test_faults' cure test
     for fix in wrong:
         cell = run_cell(name, fix, 200, 0, clean_final)
         assert cell.outcome == "not cured", cell
     assert run_cell(name, "amp_off", 200, 0, clean_final).outcome == "n/a"  # fp32 already
 
 
-def test_diagnose_names_the_shard_from_the_per_sample_loss(shard):
-    d = diagnose(shard)
+def test_diagnose_names_the_shard_from_the_per_sample_loss():
+    d = shared_diagnosis("repeated_token_shard")  # test_diagnose's diagnosis
     assert (d.cause, d.detail, d.fix, d.fix_verified) == (
         "llm_data", "repeated_token_shard", "quality_filter", True), d.report()
     assert "8 of 32 samples" in d.report() and "batches 150 to 154" in d.report()
 
 
-def test_diagnose_tells_the_masked_id_from_the_loud_one(masked):
-    d = diagnose(masked)
+def test_diagnose_tells_the_masked_id_from_the_loud_one():
+    d = shared_diagnosis("oov_token_masked")
     assert (d.cause, d.detail, d.fix) == ("llm_data", "oov_token_masked", "validate_data")
     assert "token id 32" in d.report() and "legal ids: 0 to 31" in d.report()
 

@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from foreign_models import FOREIGN, plain_loop
 from foreign_scenarios import counting_ids, gpt2, hf_loss
+from shared_runs import shared_diagnosis
 
 from nanlab import faults
 from nanlab.debug.diagnose import diagnose
@@ -80,7 +81,7 @@ def test_an_empty_sequence_fails_at_its_step_and_validate_data_skips_it():
 @pytest.mark.parametrize(("name", "fix"), [("left_padding_inf_mask", "finite_mask"),
                                            ("empty_sequence", "validate_data")])
 def test_diagnose_names_the_fault_and_proves_its_fix(name, fix):
-    d = diagnose(faults.run_fault(name, checkpoint_every=10, stop_when_poisoned=True))
+    d = shared_diagnosis(name)  # test_diagnose's
     assert (d.cause, d.detail, d.fix, d.fix_verified) == ("masked_attention", name, fix, True), \
         d.report()
     assert "step 40" in d.report()

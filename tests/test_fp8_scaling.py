@@ -149,3 +149,16 @@ def test_a_saturating_cast_clips_the_stale_amax_silently_and_the_toy_trains():
     assert record.first_nonfinite_step is None
     assert max(clipped) > 1.07  # values past e5m2's max were there, and were clipped
     assert record.losses()[-10:].mean() < 1.2 * run(None).record.losses()[-10:].mean()
+
+
+def test_locate_reads_the_float8_casts_and_names_the_op_that_made_the_inf():
+    """isfinite has no float8 kernel: locate's tracer reads a float8 tensor in fp32, so the
+    replay's headline is the op that made the first inf, not an unreadable float8 cast."""
+    from nanlab.debug.locate import locate
+
+    bad = faults.run_fault("fp8_stale_amax", steps=STEPS, checkpoint_every=1,
+                           stop_when_poisoned=True)
+    loc = locate(bad.trainer)
+    assert loc.found and loc.first_op is not None and loc.first_op.numel > 0, loc.report()
+    assert loc.first_op.has_inf or loc.first_op.has_nan, loc.report()
+    assert "of ?" not in loc.report() and "(None)" not in loc.report(), loc.report()

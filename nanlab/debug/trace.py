@@ -120,6 +120,8 @@ def _nonfinite_counts(t: torch.Tensor) -> tuple[int, int, int, int] | None:
     if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
         return None
     t = t.detach()
+    if t.element_size() == 1:  # float8: isfinite has no kernel for it; fp32 holds every value
+        t = t.float()
     if bool(torch.isfinite(t).all()):
         return None
     counts = torch.stack([torch.isposinf(t).sum(), torch.isneginf(t).sum(),

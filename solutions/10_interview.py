@@ -195,11 +195,15 @@ free_text("fp16-under-over", lab="10_interview")
 # The mock interview asks a question, scores your answer, and then, as a real
 # interviewer does, **follows up on what you left out**: the follow-up is chosen
 # from the key points your answer missed. After the last question it shows a summary
-# with your weakest topics and what to practise next. Change `level` to
-# `"new_grad"` or `"senior"`, or `seed` for other questions.
+# with your weakest topics and what to practise next. It draws from the topics of
+# Labs 00-09; the large-run questions wait for Labs 12-14 (`topics=None` asks them
+# all). Change `level` to `"new_grad"` or `"senior"`, or `seed` for other questions.
 
 # %%
-MockInterviewWidget(level="experienced", seed=4, n_questions=3, lab="10_interview")
+LABS_00_TO_09 = ["data", "precision", "lr", "gradients", "init", "norms", "monitoring",
+                 "recovery", "process", "distributed"]
+MockInterviewWidget(level="experienced", seed=4, n_questions=3, topics=LABS_00_TO_09,
+                    lab="10_interview")
 
 # %% [markdown]
 # What decides the follow-up? Here is the same machinery driven from code: an answer

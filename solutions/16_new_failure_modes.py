@@ -113,8 +113,9 @@ check("predict_masked_row", my_predictions, actual, locked=True, hints=[
 ])
 
 # %% [markdown]
-# SDPA returning 0 for that row is PyTorch's `_safe_softmax` (pytorch/pytorch#131863); the
-# toy computes its own softmax, as many hand-written attention layers do. Why does one NaN
+# SDPA returns 0 for that row on this torch: its math path's `_safe_softmax`
+# (pytorch/pytorch#131863, re-landed as #133882), and the CPU's fused kernel does the same.
+# The toy computes its own softmax, as many hand-written attention layers do. Why does one NaN
 # row poison the whole sequence? In the next layer, the padded position is a key whose
 # value is NaN. Every real query gives it weight 0, and 0 times NaN is NaN:
 
@@ -199,21 +200,29 @@ def safe_log(p):
 
 # %% tags=["nbval-check-output"]
 def entropy_grad():
-    """The value and gradient of -sum(p log p) over a row with exact zeros, via safe_log."""
+    """safe_log at 0, and the value and gradient of -sum(p log p) over a row with exact
+    zeros, via safe_log."""
     p = torch.tensor([0.0, 0.25, 0.75, 0.0], requires_grad=True)
     h = -(p * safe_log(p)).sum()
     h.backward()
-    return float(h.detach()), p.grad.clone()
+    return float(safe_log(torch.zeros(1))[0]), float(h.detach()), p.grad.clone()
 
 
 def entropy_test(result):
-    h, grad = result
+    at_zero, h, grad = result
     want = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    if at_zero != 0.0:
+        return f"safe_log(0) is {at_zero:.4g}: the exercise asks for 0 where p is not > 0"
     if not math.isclose(h, want, rel_tol=1e-5):
         return f"the entropy is {h:.4g}, not {want:.4g}: is the forward still log p for p > 0?"
     if not torch.isfinite(grad).all():
         return (f"the gradient is {grad.tolist()}: the log's backward still sees p = 0; "
                 "what does the unselected branch compute?")
+    true = [0.0, -(math.log(0.25) + 1), -(math.log(0.75) + 1), 0.0]  # -(log p + 1), 0 at 0
+    if not torch.allclose(grad, torch.tensor(true), atol=1e-5):
+        return (f"the gradient is {[round(g, 3) for g in grad.tolist()]}, not "
+                f"{[round(g, 3) for g in true]}: does the gradient still flow through the "
+                "log for p > 0 (no detach), and is nothing added to p?")
     return None
 
 
@@ -406,10 +415,10 @@ for name, rows in incidents.items():
     print(name)
     for row, value in rows.items():
         shown = f"{value:.4g}" if isinstance(value, float) else value
-        print(f"   {row:36} {shown}")
+        print(f"   {row:38} {shown}")
 print("\nCHANGES:")
 for change, meaning in CHANGES.items():
-    print(f"   {change:13} {meaning}")
+    print(f"   {change:15} {meaning}")
 
 # %% [markdown]
 # **Exercise · decide.** For each incident, pick the first change to make, one of the
@@ -436,8 +445,9 @@ check("first_change", my_changes, test=lambda got: judge_changes(got, incidents)
       hints=["A NaN grad norm says nothing about its cause: clipping and a smaller LR act on "
              "sizes, not on 0 * inf or 0 / 0.",
              "Two incidents have a finite loss and a NaN gradient: which row tells them apart?",
-             "An inf scale comes from an amax of 0; a logit past log(65504) overflows fp16's "
-             "exp; with neither, the NaN was made in the backward pass."],
+             "An inf scale comes from an amax of 0, an FP8 cast past its max from a stale "
+             "amax; a logit past log(65504) overflows fp16's exp; with none of these, the "
+             "NaN was made in the backward pass."],
       solution="""\
 # A: finite loss, NaN gradient, but FP8 casts had inf scales: an amax of 0.
 # B: the loss itself is NaN and the router's fp16 logit is past log(65504).

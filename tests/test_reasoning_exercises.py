@@ -418,6 +418,26 @@ def test_a_router_logit_that_fits_its_dtype_points_nowhere_near_the_router():
     assert lab16.key_change({**ROUTER, "router dtype": "bfloat16"}) is None
 
 
+def test_an_fp8_cast_past_its_max_points_to_current_scaling_not_the_double_where():
+    """Section 3's stale amax has a finite loss and a NaN gradient too: the FP8 row, not
+    the menu, tells it from a backward-only NaN (a learner found the two confusable)."""
+    stale = {**WHERE, "FP8 casts past the format's max there": 1}
+    assert lab16.key_change(stale) == "current_scaling"
+    message = lab16.judge_changes({**CHANGE_KEY, "incident C": "double_where"},
+                                  {**INCIDENTS, "incident C": stale})
+    assert message and "another row says" in message
+    assert lab16.judge_changes({**CHANGE_KEY, "incident C": "current_scaling"},
+                               INCIDENTS).startswith("incident C: no FP8 cast went past")
+
+
+def test_the_stale_amax_run_itself_points_to_current_scaling():
+    from nanlab.faults import run_fault
+
+    torch.set_num_threads(1)
+    run = run_fault("fp8_stale_amax", steps=5, stop_when_poisoned=True)
+    assert lab16.key_change(lab16.evidence_of(run)) == "current_scaling"
+
+
 def parse_lab16_incidents(text: str) -> dict:
     found, name = {}, None
     for line in text.splitlines():

@@ -101,8 +101,8 @@ QUESTIONS = [
         "growth without bounding them, and clipping does not bound a logit.",
         hints=["Which change bounds the value the exp sees, or widens its range?",
                "The largest x whose exp fp16 holds is log(65504)."],
-        why=["Section 4: router_fp32 and router_z_loss each cure the run; the logit passed "
-             "11.09 at the step it failed.",
+        why=["Section 4: the z-loss cures the run (docs/guides/faults.md measures "
+             "router_fp32 curing it too); the logit passed 11.09 at the step it failed.",
              "A smaller LR slows the growth and hides the cause: nothing bounds the logits, "
              "and docs/guides/faults.md notes that a larger LR or a longer run brings the "
              "fp16 overflow back.",
@@ -118,6 +118,7 @@ QUESTIONS = [
 CHANGES = {
     "double_where": "mask the input of the log too: where(p > 0, log(where(p > 0, p, 1)), 0)",
     "amax_floor": "clamp the amax at 1e-12 before scale = fp8_max / amax",
+    "current_scaling": "scale each FP8 cast by its tensor's amax now, not by past steps' amax",
     "router_fp32": "compute the router's logits and softmax in float32",
     "grad_clip": "clip the global gradient norm at 1.0",
     "lr_div10": "divide the learning rate by 10",
@@ -126,7 +127,8 @@ CHANGES = {
 """The changes a learner may pick from, by name."""
 
 EVIDENCE = ("first non-finite step", "loss there", "grad norm there",
-            "FP8 casts with an inf scale there", "largest router logit there", "router dtype")
+            "FP8 casts with an inf scale there", "FP8 casts past the format's max there",
+            "largest router logit there", "router dtype")
 """The rows the lab prints for each incident, in order."""
 
 EXP_LIMIT = {"float16": math.log(65504.0)}
@@ -162,12 +164,14 @@ def evidence_of(run) -> dict:
     row = record.steps[at] if at is not None else {}
     events = [e for e in record.events if e.get("step") == at]
     inf_scales = sum(e["inf_scale"] for e in events if e["kind"] == "fp8")
+    past_max = sum(e["overflow"] for e in events if e["kind"] == "fp8")
     logits = [(r["logit_max"], r["dtype"]) for e in events if e["kind"] == "router"
               for r in e["routers"].values() if math.isfinite(r["logit_max"])]
     top = max(logits, default=(None, None))
     return {"first non-finite step": at, "loss there": row.get("loss"),
             "grad norm there": row.get("grad_norm"),
             "FP8 casts with an inf scale there": inf_scales,
+            "FP8 casts past the format's max there": past_max,
             "largest router logit there": top[0], "router dtype": top[1]}
 
 
@@ -185,6 +189,8 @@ def key_change(evidence: dict) -> str | None:
     """
     if evidence["FP8 casts with an inf scale there"] > 0:
         return "amax_floor"  # amax 0: the scale is inf, and 0 * inf = NaN
+    if evidence.get("FP8 casts past the format's max there", 0) > 0:
+        return "current_scaling"  # a value past a stale amax's range, cast to inf
     logit, dtype = evidence["largest router logit there"], evidence["router dtype"]
     if logit is not None and dtype in EXP_LIMIT and logit > EXP_LIMIT[dtype]:
         return "router_fp32"  # exp of that logit overflows the router's dtype
@@ -226,6 +232,8 @@ def judge_changes(got, incidents: dict) -> str | None:
                     "skipping keeps the run alive for a step, it changes no cause")
         if pick == "amax_floor":
             return f"{name}: no FP8 cast had an inf scale at that step"
+        if pick == "current_scaling":
+            return f"{name}: no FP8 cast went past its format's max at that step"
         if pick == "router_fp32":
             return (f"{name}: " + ("this run has no router logit to read" if logit is None
                                    else f"its largest router logit, {logit:.3g}, fits its "

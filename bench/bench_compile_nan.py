@@ -18,26 +18,15 @@ import json
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from nanlab.debug.compile_bisect import (
+    TinyNormNet,
     bisect_compile,
     compare_eager_compiled,
     guarded_reciprocal,
     one_pass_norm,
 )
-
-
-class TinyNormNet(nn.Module):
-    """Raw features -> one-pass norm -> Linear -> ReLU -> Linear (4 classes)."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin1, self.lin2 = nn.Linear(8, 16), nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.lin2(torch.relu(self.lin1(one_pass_norm(x))))
 
 
 def train_step(compiled: bool, options: dict | None = None) -> dict:

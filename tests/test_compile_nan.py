@@ -6,10 +6,10 @@ nanlab.debug.compile_bisect. Each compile is of a few ops on tiny tensors (secon
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from nanlab.debug.compile_bisect import (
+    TinyNormNet,
     bisect_compile,
     compare_eager_compiled,
     guarded_reciprocal,
@@ -72,17 +72,6 @@ def test_compiled_guard_passes_a_sum_eager_rounds_to_zero_and_overflows():
     assert diff.eager.tolist() == [[0.0]] and diff.compiled.isinf().all()
     assert compare_eager_compiled(guarded_reciprocal, TINY,
                                   options={"emulate_precision_casts": True}).agree
-
-
-class TinyNormNet(nn.Module):
-    """Raw features near 300 -> one-pass norm -> Linear -> ReLU -> Linear."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin1, self.lin2 = nn.Linear(8, 16), nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.lin2(torch.relu(self.lin1(one_pass_norm(x))))
 
 
 def _train_step(compiled: bool) -> tuple[float, bool]:

@@ -164,3 +164,14 @@ def test_diagnose_precision_step_carries_the_line_and_keeps_the_answer():
     assert text == f"; {b.line()}" and b.verdict == "module"
     fp32 = Case(run, None, "nonfinite", 0, config=run.trainer.config.replace(precision="fp32"))
     assert _bisected(fp32) == "" and "precision_bisect" not in fp32.notes
+
+
+def test_diagnose_returns_the_module_whose_precision_decides():
+    """The answer is a field of the Diagnosis (and of its JSON), not only words in the
+    precision step's finding: on the toy's naive softmax, the softmax module."""
+    from shared_runs import shared_diagnosis
+
+    d = shared_diagnosis("softmax_overflow")  # test_diagnose's diagnosis
+    assert d.precision_layer == "blocks.1.attn.softmax", d.report()
+    assert d.to_dict()["precision_layer"] == d.precision_layer
+    assert shared_diagnosis("nan_input").precision_layer is None  # fp32: no bisection

@@ -43,7 +43,7 @@ import torch
 
 from nanlab.errors import NanlabError
 
-__all__ = ["Bisection", "Comparison", "bisect_compile", "compare_eager_compiled",
+__all__ = ["Bisection", "Comparison", "TinyNormNet", "bisect_compile", "compare_eager_compiled",
            "guarded_reciprocal", "one_pass_norm"]
 
 
@@ -75,6 +75,24 @@ def guarded_reciprocal(x: torch.Tensor) -> torch.Tensor:
     """
     n = (x * x).sum(-1, keepdim=True)
     return torch.where(n > 0, 1.0 / n, torch.zeros_like(n))
+
+
+class TinyNormNet(torch.nn.Module):
+    """Raw features -> :func:`one_pass_norm` -> Linear -> ReLU -> Linear (4 classes): the
+    smallest model whose fp16 training step is NaN eagerly and finite compiled, for
+    features near 300 (tests/test_compile_nan.py, bench/bench_compile_nan.py).
+
+    >>> net = TinyNormNet()
+    >>> net(torch.full((2, 8), 300.0) + torch.arange(8.0)).shape
+    torch.Size([2, 4])
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.lin1, self.lin2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin2(torch.relu(self.lin1(one_pass_norm(x))))
 
 
 # ---------------------------------------------------------------------------------------

@@ -110,6 +110,10 @@ class Diagnosis:
     findings: list[Finding] = field(default_factory=list)
     # locate's report of the first bad step, kept so a STAR story need not replay it again
     location: object = field(default=None, repr=False, compare=False)
+    # where precision decides, when the precision step bisected the model: a module path
+    # (fp32 there alone makes the step finite), "a + b" (only together), "the model's own
+    # forward code" or "the loss"; None when no bisection ran or it found nothing
+    precision_layer: str | None = None
 
     @property
     def evidence(self) -> list[str]:
@@ -275,7 +279,21 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
     if not fix and cause is not None and no_fix:
         proof = no_fix
     return Diagnosis(symptom, step, cause, detail if detail is not None else cause, fix,
-                     verified, proof, findings, location=loc)
+                     verified, proof, findings, location=loc,
+                     precision_layer=_precision_layer(case.notes.get("precision_bisect")))
+
+
+def _precision_layer(found) -> str | None:
+    """The Diagnosis's ``precision_layer``, read from the precision step's bisection
+    (:class:`nanlab.debug.precision_bisect.Bisection`)."""
+    if found is None:
+        return None
+    if found.verdict == "module":
+        return found.module
+    if found.verdict == "together":
+        parts = found.parts if isinstance(found.parts, list) else [found.parts]
+        return " + ".join(parts)
+    return {"model": "the model's own forward code", "loss": "the loss"}.get(found.verdict)
 
 
 def _cause_of(check, out: Outcome) -> tuple[str | None, str | None, str | None]:

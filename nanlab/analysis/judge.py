@@ -252,7 +252,7 @@ def judge(run: Any, *, clean: Any = None, baseline: Any = None,
         versus = f" (clean {clean_final:.3g})"
     elif reference == "bad run" and failure_point(baseline):
         at, level = failure_point(baseline)
-        versus = f" (the bad run: {level:.3g} at step {at}, then it failed)"
+        versus = f" (the bad run: running mean {level:.3g} at step {at}, then it failed)"
     elif reference == "bad run" and _finite_end(baseline) is not None:
         versus = f" (the bad run ended at {_finite_end(baseline):.3g})"
     elif reference == "bad run":

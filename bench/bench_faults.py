@@ -2,7 +2,7 @@
 fault x fix matrix. Prints a table and a JSON line; asserts nothing.
 
     .venv/bin/python bench/bench_faults.py            # faults only (~1 min)
-    .venv/bin/python bench/bench_faults.py --matrix   # and the full matrix (~4 min)
+    .venv/bin/python bench/bench_faults.py --matrix   # and the full matrix (~13 min on 2 cores)
 """
 
 import json

@@ -8,7 +8,8 @@
 - The labs' Markdown is read as JupyterLab reads it: ``#291`` at the start of a line is
   text, not a heading (nbconvert alone makes it one).
 - ``<!-- nanlab:fault-catalogue -->`` in a page becomes the table of every registered
-  fault, read from ``nanlab.faults.FAULTS`` at build time.
+  fault, read from ``nanlab.faults.FAULTS`` at build time; ``<!-- nanlab:fix-table -->``
+  the table of every fix by the SOP step that leads to it, from ``nanlab.faults.FIXES``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mkdocs.structure.files import File
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 CATALOGUE_MARK = "<!-- nanlab:fault-catalogue -->"
+FIX_TABLE_MARK = "<!-- nanlab:fix-table -->"
 
 
 def on_config(config):
@@ -65,6 +67,21 @@ def fault_catalogue() -> str:
     return "\n".join(rows)
 
 
+def fix_table() -> str:
+    """One Markdown row per registered fix, in the SOP's order: the step whose finding
+    leads to it, the fix, what it does (the guard's skip, which treats any cause, last)."""
+    from nanlab.faults import SOP_STEPS
+    from nanlab.faults.fixes import FIXES
+
+    order = [*SOP_STEPS, None]
+    rows = ["| SOP step | fix | what it does |", "|---|---|---|"]
+    for fix in sorted(FIXES.values(), key=lambda f: order.index(f.sop_step)):
+        step = SOP_STEPS[fix.sop_step].split(" (")[0] if fix.sop_step else "(the guard: any cause)"
+        summary = fix.summary.replace("|", "\\|")
+        rows.append(f"| {step} | `{fix.name}` | {summary} |")
+    return "\n".join(rows)
+
+
 def on_page_content(html, page, config, files):
     # mkdocs-jupyter builds a lab's table of contents from its own Markdown reading, where
     # "#291" is still a heading: keep the entries whose anchor the rendered page has
@@ -83,4 +100,6 @@ def on_page_markdown(markdown, page, config, files):
         markdown = markdown.replace("](../solutions/", "](solutions/")
     if CATALOGUE_MARK in markdown:
         markdown = markdown.replace(CATALOGUE_MARK, fault_catalogue())
+    if FIX_TABLE_MARK in markdown:
+        markdown = markdown.replace(FIX_TABLE_MARK, fix_table())
     return markdown

@@ -257,6 +257,27 @@ def test_matrix_table_and_wrong_fixes():
     assert {c["fault"] for c in data["cells"]} == {"nan_input", "tiny_eps"}
 
 
+def test_every_cell_the_matrix_trains_builds():
+    """Where ``Fix.applies`` says a fix acts, the run builds with it: no cell of the full
+    matrix stops it with NotApplicable after it started (double_where did, on every fault
+    but its own). Decided without training, every fault against every fix."""
+    from nanlab.faults.fixes import FIXES, build_with_fixes
+
+    assert len(FIXES) > 30
+    refused = []
+    for name in faults.FAULTS:
+        config = faults.fault_config(name).replace(progress=False, out_dir=None)
+        def build(c, name=name):
+            return faults.build_fault_trainer(name, c, {})
+        for fix in FIXES.values():
+            if fix.applies(config, build=build):
+                try:
+                    build_with_fixes(build, config, [fix.name])
+                except NanlabError as e:
+                    refused.append((name, fix.name, str(e)))
+    assert not refused, refused
+
+
 def test_a_fix_that_changes_nothing_is_an_error_not_a_silent_clean_run():
     """amp_off on an fp32 run would replay the same run: say so instead of running."""
     with pytest.raises(NanlabError, match="fix 'amp_off' changes nothing in this run"):

@@ -583,7 +583,7 @@ def cmd_matrix(args) -> int:
 
     Example::
 
-        nanlab matrix                                          # everything, ~4 min
+        nanlab matrix                                          # everything, ~13 min on 2 cores
         nanlab matrix --faults nan_input --fixes validate_data lr_div10
     """
     from nanlab.faults.matrix import fault_fix_matrix

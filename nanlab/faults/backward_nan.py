@@ -160,7 +160,7 @@ def _double_where(trainer: Trainer) -> list[str]:
 FIXES["double_where"] = Fix(
     "double_where", "mask the log's input as well as its output (the double where), so the "
     "branch torch.where does not select never sees 0 and its gradient is finite",
-    lambda c: {}, _double_where, sop_step="grad_norms")
+    lambda c: None, _double_where, sop_step="grad_norms")
 
 
 __all__ = ["EntropyTerm", "double_where_log", "entropy", "single_where_log"]

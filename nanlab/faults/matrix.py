@@ -25,6 +25,7 @@ non-finite update has reached the weights (nothing after that can be a cure) or 
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
@@ -64,6 +65,7 @@ class Cell:
     final_loss: float | None = None
     steps_run: int = 0
     acted: int = 0  # steps on which an adaptive cure changed something ("cure" events)
+    seconds: float = 0.0  # wall time of the cell's run (0 for n/a: decided without training)
 
 
 def spike_and_lr_faults() -> list[str]:
@@ -95,13 +97,19 @@ def run_cell(fault: str, fix: str | None, steps: int, seed: int, clean_final: fl
     if fix is not None and not fixes_mod.get_fix(fix).applies(
             fault_config(fault), build=lambda c: build_fault_trainer(fault, c, {})):
         return Cell(fault, fix, "n/a", "the fix changes nothing in this run")
-    run = _measure(fault, [fix] if fix else [], steps, seed)
+    began = time.perf_counter()
+    try:
+        run = _measure(fault, [fix] if fix else [], steps, seed)
+    except fixes_mod.NotApplicable as e:  # found only once the run was built
+        return Cell(fault, fix, "n/a", str(e))
+    seconds = time.perf_counter() - began
     verdict = judge(run, clean=clean_final)
     outcome, evidence = verdict.outcome, verdict.reason
     end = final_loss(run.record.losses())
     acted = sum(e["kind"] == "cure" for e in run.record.events)
     return Cell(fault, fix, outcome, evidence, run.first_bad_step,
-                round(end, 4) if np.isfinite(end) else None, len(run.record.steps), acted)
+                round(end, 4) if np.isfinite(end) else None, len(run.record.steps), acted,
+                round(seconds, 2))
 
 
 class Matrix:

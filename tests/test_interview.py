@@ -658,6 +658,17 @@ def test_star_story_of_an_injected_fault_is_framed_as_a_reproduction(dirty_story
     assert own.headline.startswith("Diagnosed a NaN loss at step 40")
 
 
+def test_a_nan_gradient_under_a_finite_loss_is_not_called_a_nan_loss(dirty_story):
+    """A backward-only NaN (the loss still finite at the bad step) is a non-finite
+    gradient in the headline, as the story's own symptom sentence says."""
+    facts = dict(dirty_story[3].facts, fault=None, loss_at_symptom=1.25,
+                 grad_norm_at_symptom=float("nan"))
+    story = nanlab.interview.story_from_facts(facts)
+    assert story.headline.startswith("Diagnosed a non-finite gradient at step 40")
+    assert "while the loss was still 1.25" in story.markdown()
+    assert "NaN loss" not in story.headline
+
+
 def test_star_story_scores_well_on_the_banks_star_question(dirty_story):
     result = get_question("star-story").score(dirty_story[3].markdown())
     assert result.score >= 0.8, result.missing

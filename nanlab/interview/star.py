@@ -394,7 +394,10 @@ def _result_words(f: dict, words: _Words) -> str:
 
 
 def _problem(f: dict) -> str:
-    """The incident in two or three words: 'NaN loss', 'loss spike', ..."""
+    """The incident in two or three words: 'NaN loss', 'loss spike', ... (a non-finite
+    step whose loss was still finite is a non-finite gradient: the backward broke)."""
+    if f["symptom"] == "nonfinite" and _finite(f.get("loss_at_symptom")):
+        return "non-finite gradient"
     if f["symptom"] == "diverge":
         start, end = f["start_loss"], f["end_loss"]
         climbed = _finite(start) and _finite(end) and end >= start

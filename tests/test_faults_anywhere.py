@@ -76,6 +76,7 @@ TUNED_EXPECTED = {
     "high_lr_adam": row(S, F, F, F, F),
     "lr_jump": row(S, S, S, F, F),
     "resume_fresh_optimizer": row(F, S, S, F, F),
+    "adam_unfreeze_spike": row(S, S, S, F, F),
     "repeated_token_shard": row(F, R, S, R, R),
 }
 # A cell that depends on the CPU's summation order: high_lr_adam on encoder_lm stalls at

@@ -289,3 +289,27 @@ def test_adam_unfreeze_spike_masks_only_the_named_layer_and_refuses_what_it_cann
     with pytest.raises(NanlabError, match="are not in the optimizer"):
         faults.inject("adam_unfreeze_spike", model=model, optimizer=head_only,
                       layer="classifier")
+
+
+def test_adam_unfreeze_spike_freezes_the_largest_linear_when_no_layer_is_named():
+    """No toy name assumed: without layer= the fault freezes the model's largest
+    nn.Linear (weight and bias) and says which; a model with none is refused in one line."""
+    make, batches, loss_fn, keys = MODELS["digit_cnn"]
+    torch.manual_seed(0)
+    model = make()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    inj = faults.inject("adam_unfreeze_spike", model=model, optimizer=opt, batches=batches,
+                        at_step=2)
+    named = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    name, largest = max(named, key=lambda nm: nm[1].weight.numel())
+    assert any(f"the largest Linear {name!r}" in note for note in inj.notes), inj.notes
+    opt.zero_grad()
+    loss_fn(model, inj.batches(0)).backward()
+    assert all(bool((q.grad == 0).all()) for q in largest.parameters())
+    assert all(q.grad.abs().sum() > 0 for m in model.modules()
+               if isinstance(m, torch.nn.Conv2d) for q in m.parameters())
+    convs = torch.nn.Sequential(torch.nn.Conv1d(1, 2, 3), torch.nn.ReLU())
+    with pytest.raises(NanlabError, match="has no nn.Linear to freeze; name the frozen"):
+        faults.inject("adam_unfreeze_spike", model=convs,
+                      optimizer=torch.optim.AdamW(convs.parameters()))
+

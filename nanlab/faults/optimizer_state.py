@@ -18,6 +18,8 @@ on every weight against the run's own lr x |m_hat| / sqrt(v_hat). At step 40 of 
 foreign models at their tuned LR (``tests/foreign_models.py``, TUNED) the run's own
 ratio is 0.02-0.03 on an encoder LM, a conv and an MLP regressor, which spike, and
 0.1-0.2 on a still-learning seq2seq and a VAE with noisy gradients, which absorb it.
+The freeze picks no toy name on another model: without ``layer=`` it freezes the
+largest ``nn.Linear`` (on the toy, ``mlp.c_fc`` of every block).
 """
 
 from __future__ import annotations
@@ -121,14 +123,39 @@ register(Fault(
 
 @dataclass(frozen=True)
 class NamePart(Param):
-    """A parameter that is a part of parameter names (any non-empty string): the model
-    decides which names exist, so they are checked on the model, not here."""
+    """A parameter that is a part of parameter names (a non-empty string), or None for the
+    fault's own choice: the model decides which names exist, so they are checked on the
+    model, not here."""
 
     def check(self, fault: str, name: str, value):
-        if not isinstance(value, str) or not value:
+        if value is not None and (not isinstance(value, str) or not value):
             raise NanlabError(f"{fault}.{name}={value!r} is not allowed; give a part of the "
                               "parameter names, such as 'mlp.c_fc' or 'encoder.layers.0'")
         return value
+
+
+TOY_LAYER = "mlp.c_fc"  # on the toy: the first MLP matrix of every block
+
+
+def _layer_to_freeze(model, layer: str | None) -> tuple[str, list[torch.nn.Parameter]]:
+    """(what is frozen, in words; its parameters): those whose name holds ``layer``; for
+    None, the toy's first MLP matrix of every block, or on any other model its first
+    ``nn.Linear`` whose forward runs (module order), weight and bias."""
+    from nanlab.faults.hardware import linears
+    from nanlab.toy.model import GPT
+
+    if layer is None and isinstance(model, GPT):
+        layer = TOY_LAYER
+    if layer is not None:
+        return repr(layer), [q for n, q in model.named_parameters()
+                             if q.requires_grad and layer in n]
+    found = linears(model)
+    if not found:
+        raise NanlabError(f"adam_unfreeze_spike: {type(model).__name__} has no nn.Linear "
+                          "to freeze; name the frozen parameters with layer= (a part of "
+                          "their names)")
+    name, module = max(found, key=lambda nm: nm[1].weight.numel())  # the first of the largest
+    return f"the largest Linear {name!r}", [q for q in module.parameters() if q.requires_grad]
 
 
 def _freeze(inj, p: dict) -> None:
@@ -141,16 +168,18 @@ def _freeze(inj, p: dict) -> None:
     if not all("betas" in g for g in groups):
         raise NanlabError(f"adam_unfreeze_spike needs an Adam-type optimizer (its b2 makes "
                           f"the spike); {type(inj.optimizer).__name__} has no betas")
-    named = [(n, q) for n, q in inj.model.named_parameters() if q.requires_grad]
-    frozen = [q for n, q in named if p["layer"] in n]
+    what, frozen = _layer_to_freeze(inj.model, p["layer"])
     if not frozen:
-        some = ", ".join(repr(n) for n, _ in named[:3])
+        some = ", ".join(repr(n) for n, q in inj.model.named_parameters()
+                         if q.requires_grad)[:200]
         raise NanlabError(f"adam_unfreeze_spike.layer={p['layer']!r} matches no parameter "
                           f"name of {type(inj.model).__name__}; its names are like {some}")
     stepped = {id(q) for g in groups for q in g["params"]}
     if any(id(q) not in stepped for q in frozen):
-        raise NanlabError(f"adam_unfreeze_spike: parameters named {p['layer']!r} are not in "
+        raise NanlabError(f"adam_unfreeze_spike: the parameters of {what} are not in "
                           "the optimizer; a gradient-mask freeze keeps them there")
+    if getattr(inj, "notes", None) is not None:
+        inj.notes.append(f"adam_unfreeze_spike freezes {what} until step {p['at_step']}")
     now = {"step": 0}
 
     def mask(grad: torch.Tensor) -> torch.Tensor:
@@ -180,14 +209,16 @@ register(Fault(
               "the layer wakes up with full-size steps and the loss spikes",
     needs="a freeze done by a gradient mask (the parameters stay in the optimizer), here "
           "the first MLP matrix of every block until step 100, and AdamW with b2 = 0.999 "
-          "(PyTorch's default) at the toy's LR 5e-3. On your own run: name the frozen "
-          "parameters with layer= (a part of their names); b2 is set on your optimizer",
+          "(PyTorch's default) at the toy's LR 5e-3. On your own run: the first nn.Linear, "
+          "or the parameters layer= names (a part of their names); b2 is set on your "
+          "optimizer",
     reveals="grad_norms", cure="beta2_095", signature="spike",
     params={"at_step": Param(100, 1, 100_000, help="the step at which the layer is "
                                                     "unfrozen"),
             "beta2": Param(0.999, 0.0, 0.99999, help="Adam's second-moment decay"),
-            "layer": NamePart("mlp.c_fc", help="the frozen parameters (a part of their "
-                                               "names)")},
+            "layer": NamePart(None, help="the frozen parameters (a part of their names); "
+                                         "None: the toy's mlp.c_fc of every block, on your "
+                                         "model its first nn.Linear")},
     # the built-in run's b2 is its config's (so the cure beta2_095 can change it there)
     conditions=lambda p: {"beta2": p["beta2"]},
     install=_freeze,

@@ -101,7 +101,7 @@ def run_cell(fault: str, fix: str | None, steps: int, seed: int, clean_final: fl
     try:
         run = _measure(fault, [fix] if fix else [], steps, seed)
     except fixes_mod.NotApplicable as e:  # found only once the run was built
-        return Cell(fault, fix, "n/a", str(e))
+        return Cell(fault, fix, "n/a", f"refused once built: {e}")
     seconds = time.perf_counter() - began
     verdict = judge(run, clean=clean_final)
     outcome, evidence = verdict.outcome, verdict.reason

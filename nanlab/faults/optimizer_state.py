@@ -11,7 +11,7 @@ the resume forgets; the cures ``resume_full_state`` (load everything) and ``rewa
 On any other run the same state is forgotten at the step through levers, as the resume
 code that forgets it would leave it: the optimizer's state emptied (what a fresh AdamW
 holds), the scheduler put back as it was built. The freeze is a lever on every run:
-gradient hooks that zero the named parameters' gradients until the unfreeze.
+gradient hooks that zero the frozen parameters' gradients until the unfreeze.
 
 A fresh Adam state shows on a run that has settled: its first updates are lr x sign(g)
 on every weight against the run's own lr x |m_hat| / sqrt(v_hat). At step 40 of five
@@ -139,8 +139,10 @@ TOY_LAYER = "mlp.c_fc"  # on the toy: the first MLP matrix of every block
 
 def _layer_to_freeze(model, layer: str | None) -> tuple[str, list[torch.nn.Parameter]]:
     """(what is frozen, in words; its parameters): those whose name holds ``layer``; for
-    None, the toy's first MLP matrix of every block, or on any other model its first
-    ``nn.Linear`` whose forward runs (module order), weight and bias."""
+    None, the toy's first MLP matrix of every block, or on any other model its largest
+    ``nn.Linear`` by weight size (the first of equals, module order) whose forward runs,
+    that trains and shares its weight with no other module (a tied output head would
+    freeze the embedding too), weight and bias."""
     from nanlab.faults.hardware import linears
     from nanlab.toy.model import GPT
 
@@ -149,17 +151,21 @@ def _layer_to_freeze(model, layer: str | None) -> tuple[str, list[torch.nn.Param
     if layer is not None:
         return repr(layer), [q for n, q in model.named_parameters()
                              if q.requires_grad and layer in n]
-    found = linears(model)
+    seen: dict[int, int] = {}
+    for _, q in model.named_parameters(remove_duplicate=False):
+        seen[id(q)] = seen.get(id(q), 0) + 1
+    found = [(n, m) for n, m in linears(model)
+             if m.weight.requires_grad and seen.get(id(m.weight)) == 1]
     if not found:
-        raise NanlabError(f"adam_unfreeze_spike: {type(model).__name__} has no nn.Linear "
-                          "to freeze; name the frozen parameters with layer= (a part of "
-                          "their names)")
+        raise NanlabError(f"adam_unfreeze_spike: {type(model).__name__} has no trainable, "
+                          "untied nn.Linear to freeze by default; name the frozen parameters "
+                          "with layer= (a part of their names)")
     name, module = max(found, key=lambda nm: nm[1].weight.numel())  # the first of the largest
     return f"the largest Linear {name!r}", [q for q in module.parameters() if q.requires_grad]
 
 
 def _freeze(inj, p: dict) -> None:
-    """Gradient hooks make the gradient of every parameter whose name holds ``layer``
+    """Gradient hooks make the gradient of the frozen parameters (:func:`_layer_to_freeze`)
     exactly 0 until step ``at_step``; the parameters stay in the optimizer, which keeps
     stepping them (Adam's count runs on with m = v = 0)."""
     inj._need("model", inj.model)
@@ -170,16 +176,15 @@ def _freeze(inj, p: dict) -> None:
                           f"the spike); {type(inj.optimizer).__name__} has no betas")
     what, frozen = _layer_to_freeze(inj.model, p["layer"])
     if not frozen:
-        some = ", ".join(repr(n) for n, q in inj.model.named_parameters()
-                         if q.requires_grad)[:200]
+        names = [repr(n) for n, q in inj.model.named_parameters() if q.requires_grad]
+        some = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         raise NanlabError(f"adam_unfreeze_spike.layer={p['layer']!r} matches no parameter "
                           f"name of {type(inj.model).__name__}; its names are like {some}")
     stepped = {id(q) for g in groups for q in g["params"]}
     if any(id(q) not in stepped for q in frozen):
         raise NanlabError(f"adam_unfreeze_spike: the parameters of {what} are not in "
                           "the optimizer; a gradient-mask freeze keeps them there")
-    if getattr(inj, "notes", None) is not None:
-        inj.notes.append(f"adam_unfreeze_spike freezes {what} until step {p['at_step']}")
+    inj.notes.append(f"adam_unfreeze_spike freezes {what} until step {p['at_step']}")
     now = {"step": 0}
 
     def mask(grad: torch.Tensor) -> torch.Tensor:
@@ -209,16 +214,16 @@ register(Fault(
               "the layer wakes up with full-size steps and the loss spikes",
     needs="a freeze done by a gradient mask (the parameters stay in the optimizer), here "
           "the first MLP matrix of every block until step 100, and AdamW with b2 = 0.999 "
-          "(PyTorch's default) at the toy's LR 5e-3. On your own run: the first nn.Linear, "
-          "or the parameters layer= names (a part of their names); b2 is set on your "
-          "optimizer",
+          "(PyTorch's default) at the toy's LR 5e-3. On your own run: your largest "
+          "trainable, untied nn.Linear, or the parameters layer= names (a part of their "
+          "names); b2 is set on your optimizer",
     reveals="grad_norms", cure="beta2_095", signature="spike",
     params={"at_step": Param(100, 1, 100_000, help="the step at which the layer is "
                                                     "unfrozen"),
             "beta2": Param(0.999, 0.0, 0.99999, help="Adam's second-moment decay"),
             "layer": NamePart(None, help="the frozen parameters (a part of their names); "
                                          "None: the toy's mlp.c_fc of every block, on your "
-                                         "model its first nn.Linear")},
+                                         "model its largest nn.Linear")},
     # the built-in run's b2 is its config's (so the cure beta2_095 can change it there)
     conditions=lambda p: {"beta2": p["beta2"]},
     install=_freeze,

@@ -168,6 +168,22 @@ def test_feedback_quotes_the_sentence_that_earned_each_point():
     assert '"Then I would roll back to the last good state"' in result.feedback
 
 
+@pytest.mark.parametrize(("phrase", "right", "flipped"), [
+    ("lr / 10", "Retry with lr/10 first.", "Retry with lr * 10 first."),
+    ("inf / inf", "It is inf/inf, which is NaN.", "It is inf * inf, which is NaN."),
+    ("max is -inf", "The row's max is -inf.", "The row's max is inf."),
+    ("2^-24", "fp16's smallest step is 2 ** -24.", "fp16's smallest step is 2^24."),
+    ("0 * inf", "0×inf gives NaN.", "0 / inf gives NaN."),
+])
+def test_an_operator_or_a_sign_is_part_of_the_claim(phrase, right, flipped):
+    """lr / 10 and lr * 10 are opposite advice, -inf and inf opposite fills: the tokenizer
+    keeps operators and a sign, so the flipped claim earns nothing (both met the same
+    tokens once, when operators were dropped)."""
+    points = [KeyPoint("the claim", (phrase,))]
+    assert score_answer(right, points).passed, right
+    assert not score_answer(flipped, points).passed, flipped
+
+
 def test_bonus_points_never_fail_an_answer():
     points = [KeyPoint("core", ("roll back",)), KeyPoint("extra", ("replay the step",),
                                                          bonus=True)]

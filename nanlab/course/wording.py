@@ -97,6 +97,8 @@ _CJK_NOT_NEGATIONS = (  # words that contain a negation character but negate not
 _TOKEN = re.compile(
     r"\d+(?:\.\d+)?(?:e[-+]?\d+)?"  # numbers: 2000, 1.0, 1e-8, 6e4
     r"|[a-z_][a-z0-9_]*"  # words and identifiers: fp16, clip_grad_norm_
+    r"|[/*^<>]"  # operators: lr / 10 is not lr * 10, inf / inf not inf * inf
+    r"|(?<![a-z0-9_.)\]])-(?=\s*(?:\d|inf))"  # a sign: -inf is not inf, -100 not 100
     r"|[\u0370-\u03ff]"  # a Greek letter: σ
     r"|[\u3400-\u4dbf\u4e00-\u9fff]"  # one Chinese character
 )
@@ -114,6 +116,7 @@ def normalize(text: str) -> str:
     'fp16 max is 65504!'
     """
     text = unicodedata.normalize("NFKC", text or "").lower()
+    text = text.replace("**", "^").replace("×", "*").replace("÷", "/")
     return _THOUSANDS.sub("", text)
 
 
@@ -149,6 +152,8 @@ def tokens(text: str) -> list[str]:
 
     >>> tokens("用fp16训练, lr=1e-4")
     ['用', 'fp16', '训', '练', 'lr', '1e-4']
+    >>> tokens("lr / 10, not lr*10; fill -inf, 2^-24")
+    ['lr', '/', '10', 'not', 'lr', '*', '10', 'fill', '-', 'inf', '2', '^', '-', '24']
     """
     return _TOKEN.findall(text)
 

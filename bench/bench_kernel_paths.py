@@ -7,7 +7,7 @@ machine. The course teaches bands and mechanisms, not one machine's step; this s
 shows how wide the band is. Each path runs in its own process (the capability is read
 when torch loads). Prints a table and a JSON line; asserts nothing.
 
-    .venv/bin/python bench/bench_kernel_paths.py                 # every fault (~10 min)
+    .venv/bin/python bench/bench_kernel_paths.py                 # every fault (~13 min)
     .venv/bin/python bench/bench_kernel_paths.py high_lr deep_explosion
 """
 

@@ -280,20 +280,7 @@ def diagnose(source, *, build: Builder | None = None) -> Diagnosis:
         proof = no_fix
     return Diagnosis(symptom, step, cause, detail if detail is not None else cause, fix,
                      verified, proof, findings, location=loc,
-                     precision_layer=_precision_layer(case.notes.get("precision_bisect")))
-
-
-def _precision_layer(found) -> str | None:
-    """The Diagnosis's ``precision_layer``, read from the precision step's bisection
-    (:class:`nanlab.debug.precision_bisect.Bisection`)."""
-    if found is None:
-        return None
-    if found.verdict == "module":
-        return found.module
-    if found.verdict == "together":
-        parts = found.parts if isinstance(found.parts, list) else [found.parts]
-        return " + ".join(parts)
-    return {"model": "the model's own forward code", "loss": "the loss"}.get(found.verdict)
+                     precision_layer=getattr(case.notes.get("precision_bisect"), "where", None))
 
 
 def _cause_of(check, out: Outcome) -> tuple[str | None, str | None, str | None]:

@@ -26,7 +26,7 @@ def fp8_evidence(run, step: int | None) -> tuple[str | None, str | None]:
     """
     if step is None:
         return None, None
-    events = [e for e in run.record.events if e.get("kind") == EVENT and e["step"] <= step]
+    events = run.record.events_of(EVENT, until_step=step)
     if not events:
         return None, None
     first = min(e["step"] for e in events)

@@ -38,7 +38,7 @@ def router_evidence(record, step: int | None) -> str | None:
     """
     if step is None:
         return None
-    events = [e for e in record.events if e.get("kind") == "router" and e["step"] <= step]
+    events = record.events_of("router", until_step=step)
     if not events:
         return None
     now = events[-1]

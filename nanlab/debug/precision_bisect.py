@@ -103,6 +103,21 @@ class Bisection:
         """True when one module (not the whole model) decides."""
         return self.verdict == "module"
 
+    @property
+    def where(self) -> str | None:
+        """Where precision decides, in a few words: the module, 'a + b' for parts that
+        decide only together, the model's own forward code, the loss; None when the
+        failure did not reproduce.
+
+        >>> Bisection(step=3, precision="fp16", verdict="together", parts=["0", "2"]).where
+        '0 + 2'
+        """
+        if self.verdict == "module":
+            return self.module
+        if self.verdict == "together":
+            return " + ".join(self.parts) if isinstance(self.parts, list) else self.parts
+        return {"model": "the model's own forward code", "loss": "the loss"}.get(self.verdict)
+
     def line(self) -> str:
         """The answer in one line (the replay count included)."""
         k = f"({self.replays} replays{', budget spent' if self.budget_spent else ''})"

@@ -96,9 +96,9 @@ class Router(nn.Module):
         >>> sorted(router.stats())
         ['dtype', 'load', 'logit_max', 'logsumexp_max']
         """
-        logit_max, lse_max = self._peaks.cpu().tolist()
+        logit_max, lse_max, *load = torch.cat([self._peaks, self.load.float()]).cpu().tolist()
         return {"logit_max": logit_max, "logsumexp_max": lse_max, "dtype": self._dtype,
-                "load": [int(n) for n in self.load.cpu().tolist()]}
+                "load": [int(n) for n in load]}
 
 
 class Expert(nn.Sequential):

@@ -260,6 +260,17 @@ class RunRecord:
         """Log something a tool did to the run, e.g. ``log_event("skip", 12, reason=...)``."""
         self._append("events", {"kind": kind, "step": step, **details})
 
+    def events_of(self, kind: str, until_step: int | None = None) -> list[dict]:
+        """The events of one kind, in order; with ``until_step``, those at or before it.
+
+        >>> rec = RunRecord()
+        >>> rec.log_event("skip", 3); rec.log_event("stop", 4); rec.log_event("skip", 9)
+        >>> [e["step"] for e in rec.events_of("skip", until_step=5)]
+        [3]
+        """
+        return [e for e in self.events if e.get("kind") == kind
+                and (until_step is None or e["step"] <= until_step)]
+
     def flush(self) -> None:
         """Flush the rows to the disk and fsync them: the trainer does before a checkpoint
         lands, so a crash never leaves a checkpoint whose earlier rows are lost."""

@@ -227,3 +227,18 @@ def test_cuda_without_cuda_is_a_clear_error():
         pytest.skip("this machine has CUDA")
     with pytest.raises(NanlabError, match="no CUDA GPU"):
         Trainer(quick(device="cuda"))
+
+
+def test_a_module_swapped_after_the_build_keeps_its_per_layer_row():
+    """Faults and fixes swap modules of a built run (a hand-written softmax, an FP8
+    Linear): the per-layer statistics follow the module now under each name, so the
+    swapped one's activations are recorded, not left None."""
+    trainer = Trainer(TrainConfig(steps=1, progress=False))
+    old = trainer.model.get_submodule("feat_proj")
+    new = torch.nn.Linear(old.in_features, old.out_features)
+    new.weight, new.bias = old.weight, old.bias  # the same weights, the optimizer's
+    trainer.model.set_submodule("feat_proj", new)
+    trainer.run()
+    row = next(r for r in trainer.record.layers if r["layer"] == "feat_proj")
+    assert row["act_absmax"] is not None and row["grad_norm"] > 0, row
+

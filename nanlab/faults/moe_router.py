@@ -57,8 +57,7 @@ def moe_trainer(trainer: Trainer, **moe) -> int:
     trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(
         trainer.optimizer, lambda s: trainer.lr_scale * lr_factor(s, trainer.config))
     trainer.loss_fn = MoELoss(trainer.loss_fn, trainer.model)
-    trainer._layer_modules = [(name, m) for name, m in trainer.model.named_modules()
-                              if name and not any(True for _ in m.children())]
+    trainer.refresh_layers()
     trainer.record.manifest["num_params"] = sum(p.numel() for p in trainer.model.parameters())
     trainer.add_callback("on_step_end", log_routers)
     return n

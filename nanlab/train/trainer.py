@@ -247,9 +247,25 @@ class Trainer(Resumable):
             Path(config.out_dir) / "checkpoints" if config.out_dir else None,
             keep=config.keep_checkpoints)
         self.record = RunRecord(config.out_dir, manifest=self._manifest())
-        # leaf modules: the rows of the per-layer statistics
-        self._layer_modules = [(n, m) for n, m in self.model.named_modules()
-                               if n and not any(True for _ in m.children())]
+        self.refresh_layers()
+
+    def refresh_layers(self) -> None:
+        """Read the names of the model's leaf modules, the rows of the per-layer statistics;
+        after a change of the model's structure (MoE blocks put in), call it again. A module
+        swapped under the same name (a fault's softmax, an FP8 Linear) needs nothing: each
+        recorded step looks the rows up by name."""
+        self._layer_names = [n for n, m in self.model.named_modules()
+                             if n and not any(True for _ in m.children())]
+
+    def _layer_modules(self) -> list[tuple[str, nn.Module]]:
+        """(name, module) of each row, the model's module under that name now."""
+        found = []
+        for name in self._layer_names:
+            try:
+                found.append((name, self.model.get_submodule(name)))
+            except AttributeError:  # removed since refresh_layers()
+                pass
+        return found
 
     # -- setup -------------------------------------------------------------------
     def _make_optimizer(self) -> torch.optim.Optimizer:
@@ -410,8 +426,8 @@ class Trainer(Resumable):
             every = self.config.record_every
             record_layers = every > 0 and self.step % every == 0
         activations: dict[str, torch.Tensor] = {}
-        hooks = [m.register_forward_hook(_absmax_hook(activations, n))
-                 for n, m in self._layer_modules] if record_layers else []
+        layers = self._layer_modules() if record_layers else []
+        hooks = [m.register_forward_hook(_absmax_hook(activations, n)) for n, m in layers]
         try:
             g = self.forward_backward(info.batch, loss_fn)
         finally:
@@ -425,7 +441,7 @@ class Trainer(Resumable):
         scale = self.scaler.get_scale() if self.scaler else None
         # each layer's own weights before the update, for its update_ratio
         before = {n: torch.cat([p.detach().float().flatten() for p in ps]) for n, m in
-                  self._layer_modules if record_layers and (ps := [*m.parameters(recurse=False)])}
+                  layers if (ps := [*m.parameters(recurse=False)])}
         if info.skip:
             if self.scaler:
                 self.scaler.update()
@@ -441,7 +457,7 @@ class Trainer(Resumable):
         if not info.skip:
             self.scheduler.step()  # a skipped update does not advance the schedule
         if record_layers:
-            self.record.log_layers(self._layer_rows(activations, before))
+            self.record.log_layers(self._layer_rows(layers, activations, before))
         # the step as applied: a guard's clean rerun (a transient fault) replaces g in info
         info.row = {"step": self.step, "batch": index, "loss": info.loss_value, "lr": lr,
                     "grad_norm": info.grad_norm_value, "loss_scale": scale,
@@ -452,12 +468,13 @@ class Trainer(Resumable):
         self.trigger_callbacks("on_step_end", info)
         return info
 
-    def _layer_rows(self, activations: dict[str, torch.Tensor],
+    def _layer_rows(self, layers: list[tuple[str, nn.Module]],
+                    activations: dict[str, torch.Tensor],
                     before: dict[str, torch.Tensor]) -> list[dict]:
         """Per-layer grad norm, param mean/std, act abs-max, ||update|| / ||weights||; one sync."""
         names, stats = [], []
         nan = torch.tensor(float("nan"), device=self.device)
-        for name, module in self._layer_modules:
+        for name, module in layers:
             params = [p for p in module.parameters(recurse=False)]
             if params:
                 flat = torch.cat([p.detach().float().flatten() for p in params])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Iterable
 from typing import Any
 
@@ -100,6 +101,18 @@ def error_line(e: BaseException) -> str:
     'IndexError: Target 40 is out of bounds.'
     """
     return (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0]
+
+
+def require_installed(package: str, extra: str) -> None:
+    """Refuse in one line, as :func:`require` does, when an optional package is missing,
+    without importing it (importing nbformat loads jsonschema's format checkers: over a
+    second at the top of every lab, for a package only the notebook tools use).
+
+    >>> require_installed("math", "course")
+    """
+    if importlib.util.find_spec(package) is None:
+        raise NanlabError(f"this needs the optional package {package!r}, which is not "
+                          f"installed; install it with: pip install 'nanlab[{extra}]'")
 
 
 def require(package: str, extra: str) -> Any:

@@ -20,9 +20,9 @@ What a lab imports, in one line:
 
 import importlib
 
-from nanlab.errors import require
+from nanlab.errors import require_installed
 
-require("nbformat", "course")  # every part of the course reads notebooks
+require_installed("nbformat", "course")  # the course tools read notebooks
 # name -> the module that defines it, loaded on first use: ``nanlab course check`` (which
 # compares notebooks, needing only nbformat) imports nanlab.course.notebooks without
 # pulling in the widgets. A lab's names need the ``course`` extra: without it, one line
@@ -39,8 +39,8 @@ __all__ = sorted([*PUBLIC, "progress"])
 
 def __getattr__(name: str):
     if name in PUBLIC:
-        require("ipywidgets", "course")
-        require("nbformat", "course")
+        require_installed("ipywidgets", "course")
+        require_installed("nbformat", "course")
         value = getattr(importlib.import_module(PUBLIC[name]), name)
         globals()[name] = value  # the next lookup is a plain attribute
         return value

@@ -111,8 +111,7 @@ def require_installed(package: str, extra: str) -> None:
     >>> require_installed("math", "course")
     """
     if importlib.util.find_spec(package) is None:
-        raise NanlabError(f"this needs the optional package {package!r}, which is not "
-                          f"installed; install it with: pip install 'nanlab[{extra}]'")
+        raise _missing(package, extra)
 
 
 def require(package: str, extra: str) -> Any:
@@ -124,5 +123,9 @@ def require(package: str, extra: str) -> Any:
     try:
         return importlib.import_module(package)
     except ImportError:
-        raise NanlabError(f"this needs the optional package {package!r}, which is not "
-                          f"installed; install it with: pip install 'nanlab[{extra}]'") from None
+        raise _missing(package, extra) from None
+
+
+def _missing(package: str, extra: str) -> NanlabError:
+    return NanlabError(f"this needs the optional package {package!r}, which is not "
+                       f"installed; install it with: pip install 'nanlab[{extra}]'")

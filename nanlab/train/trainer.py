@@ -258,14 +258,10 @@ class Trainer(Resumable):
                              if n and not any(True for _ in m.children())]
 
     def _layer_modules(self) -> list[tuple[str, nn.Module]]:
-        """(name, module) of each row, the model's module under that name now."""
-        found = []
-        for name in self._layer_names:
-            try:
-                found.append((name, self.model.get_submodule(name)))
-            except AttributeError:  # removed since refresh_layers()
-                pass
-        return found
+        """(name, module) of each row, the model's module under that name now (a row whose
+        module was removed since :meth:`refresh_layers` is left out)."""
+        now = dict(self.model.named_modules())
+        return [(name, now[name]) for name in self._layer_names if name in now]
 
     # -- setup -------------------------------------------------------------------
     def _make_optimizer(self) -> torch.optim.Optimizer:
